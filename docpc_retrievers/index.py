@@ -1,0 +1,521 @@
+"""The DocPC index: PDFs in, one composed grid per document encoded once, ranked documents out.
+
+``DocPCIndex`` ties the parts together: :mod:`pdf` opens and renders,
+:mod:`selection` picks the K representative pages, :mod:`composition` lays
+them out in one grid, :mod:`encoders` turns the grid into a multi-vector
+embedding and :mod:`store` keeps it and searches it by MaxSim.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from .composition import DEFAULT_CELL_SIZE, ComposedGrid, GridLayout, compose_grid, grid_shape
+from .encoders import DEFAULT_MODEL, Encoder
+from .errors import ModelMismatchError, PDFLoadError
+from .pdf import open_pdf
+from .results import IndexFailure, IndexReport, SearchResult
+from .selection import STRATEGIES, select_document_pages
+from .sources import discover_pdfs, document_id
+from .store import MultiVectorStore
+
+__all__ = ["DocPCIndex", "IndexSettings", "DEFAULT_MAX_FILE_BYTES"]
+
+logger = logging.getLogger(__name__)
+
+#: PDFs larger than this are refused (each one fails on its own; the batch goes on).
+DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """How documents become grids; recorded in the store so every document is built the same way.
+
+    ``pages`` is K, the number of representative pages; ``grid`` overrides the
+    ``rows x cols`` shape (default: the smallest near-square grid holding K);
+    ``cell_size`` is each cell's (width, height) in pixels.
+    """
+
+    strategy: str = "first"
+    pages: int = 4
+    grid: tuple[int, int] | None = None
+    cell_size: tuple[int, int] = DEFAULT_CELL_SIZE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.pages < 1:
+            raise ValueError(f"pages (K) must be >= 1, got {self.pages}")
+        if self.grid is not None:
+            rows, cols = self.grid
+            if rows < 1 or cols < 1 or rows * cols < self.pages:
+                raise ValueError(f"a {rows}x{cols} grid cannot hold {self.pages} pages")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.grid) if self.grid is not None else grid_shape(self.pages)  # type: ignore[return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        rows, cols = self.shape
+        return {
+            "mode": "grid",
+            "strategy": self.strategy,
+            "pages": self.pages,
+            "grid": [rows, cols],
+            "cell_size": list(self.cell_size),
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IndexSettings:
+        grid = data.get("grid")
+        return cls(
+            strategy=str(data.get("strategy", "first")),
+            pages=int(data.get("pages", 4)),
+            grid=(int(grid[0]), int(grid[1])) if grid else None,
+            cell_size=tuple(data.get("cell_size", DEFAULT_CELL_SIZE)),  # type: ignore[arg-type]
+            seed=int(data.get("seed", 0)),
+        )
+
+
+@dataclass
+class _Prepared:
+    """A document rendered and composed, waiting to be encoded in a batch."""
+
+    doc_id: str
+    path: Path
+    grid: ComposedGrid
+    metadata: dict[str, Any]
+    text: str
+    replaces: list[str] = field(default_factory=list)
+
+
+class DocPCIndex:
+    """A persistent document-level visual index.
+
+    Open an existing store with ``DocPCIndex(path)`` (read-only, for search)
+    or ``DocPCIndex(path, writable=True)`` (one writer at a time), or build
+    one with :meth:`from_pdfs`. The encoder is loaded lazily, from the model
+    recorded in the store unless ``model``/``encoder`` is given; a different
+    model than the store's raises :class:`ModelMismatchError`.
+
+    Args:
+        path: store directory; None makes a temporary one deleted on close.
+        model: checkpoint id or local path (default: the store's, else
+            ``vidore/colqwen2-v1.0``).
+        encoder: an already-built :class:`Encoder` (takes precedence over ``model``).
+        settings: page selection and grid settings for new stores.
+        writable: take the writer lock (needed for add/delete).
+        host, port: use a Chroma server for the records.
+        encoder_kwargs: passed to :class:`ColPaliEncoder` (device, dtype, batch_size, ...).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        model: str | os.PathLike[str] | None = None,
+        encoder: Encoder | None = None,
+        settings: IndexSettings | None = None,
+        writable: bool = False,
+        host: str | None = None,
+        port: int = 8000,
+        collection: str = "docpc",
+        encoder_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._temp_dir: str | None = None
+        if path is None:
+            self._temp_dir = tempfile.mkdtemp(prefix="docpc-index-")
+            path = self._temp_dir
+            writable = True
+        self.path = Path(path).expanduser().resolve()
+        if model is not None and encoder is not None:
+            raise ValueError("pass either model or encoder, not both")
+        self._store = MultiVectorStore(self.path, host=host, port=port, collection=collection, writable=writable)
+        recorded = self._store.settings
+        if settings is not None and recorded.get("index"):
+            try:
+                self._store.check_settings(settings.to_dict(), section="index")
+            except ModelMismatchError as exc:
+                self._store.close()
+                raise ModelMismatchError(
+                    f"{exc}. The store's page selection and grid are fixed when it is created."
+                ) from None
+        if settings is None:
+            settings = IndexSettings.from_dict(recorded["index"]) if recorded.get("index") else IndexSettings()
+        self.settings = settings
+        self._encoder = encoder
+        self._model = str(model) if model is not None else None
+        self._encoder_kwargs = dict(encoder_kwargs or {})
+        self._encoder_lock = threading.Lock()
+        self.last_report = IndexReport()
+        if self._encoder is not None:
+            self._check_encoder(self._encoder)
+
+    # ------------------------------------------------------------ constructors
+    @classmethod
+    def from_pdfs(
+        cls,
+        paths: Iterable[str | os.PathLike[str]],
+        path: str | os.PathLike[str] | None = None,
+        *,
+        model: str | os.PathLike[str] | None = None,
+        encoder: Encoder | None = None,
+        settings: IndexSettings | None = None,
+        strategy: str | None = None,
+        pages: int | None = None,
+        password: str | None = None,
+        progress: bool = False,
+        **kwargs: Any,
+    ) -> DocPCIndex:
+        """Build (or extend) an index from PDF files and folders; failures are logged, not raised.
+
+        ``strategy`` and ``pages`` are shortcuts for ``settings``; the
+        returned index stays writable. Check :attr:`last_report` for failures.
+        """
+        if settings is None and (strategy is not None or pages is not None):
+            settings = IndexSettings(strategy=strategy or "first", pages=pages or 4)
+        index = cls(path, model=model, encoder=encoder, settings=settings, writable=True, **kwargs)
+        try:
+            index.add_pdfs(paths, password=password, progress=progress)
+        except BaseException:
+            index.close()
+            raise
+        return index
+
+    # ----------------------------------------------------------------- encoder
+    @property
+    def store(self) -> MultiVectorStore:
+        return self._store
+
+    @property
+    def model(self) -> str:
+        """The checkpoint this index encodes with."""
+        if self._encoder is not None:
+            return self._encoder.model_id
+        if self._model is not None:
+            return self._model
+        recorded = (self._store.settings.get("encoder") or {}).get("model_id")
+        return str(recorded) if recorded else DEFAULT_MODEL
+
+    @property
+    def encoder(self) -> Encoder:
+        """The encoder, loaded on first use and checked against the store's model."""
+        with self._encoder_lock:
+            if self._encoder is None:
+                from .encoders import ColPaliEncoder
+
+                encoder = ColPaliEncoder(self.model, **self._encoder_kwargs)
+                self._check_encoder(encoder)
+                self._encoder = encoder
+            return self._encoder
+
+    def _check_encoder(self, encoder: Encoder) -> None:
+        self._store.check_settings(encoder.settings(), section="encoder")
+
+    # ------------------------------------------------------------------ writes
+    def add_pdfs(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        password: str | None = None,
+        batch_size: int = 8,
+        progress: bool = False,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+        on_file: Callable[[Path, str], None] | None = None,
+    ) -> IndexReport:
+        """Index PDF files and folders (recursively); return what was indexed, skipped and failed.
+
+        Each file is identified by the hash of its bytes: unchanged files are
+        skipped, a changed file replaces its old version, renamed copies are
+        skipped as duplicates. A file that cannot be used is reported with
+        its path and reason and the others go on. Every ``batch_size``
+        documents are committed together, so an interrupted run keeps what it
+        committed and a re-run completes it without duplicates.
+        ``on_file(path, outcome)`` is called per file with ``indexed``,
+        ``skipped`` or ``failed``.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        files = discover_pdfs(paths)
+        report = IndexReport()
+        self.last_report = report
+        pending: list[_Prepared] = []
+        seen_ids: set[str] = set()
+        bar = _progress(len(files), progress, "indexing")
+        try:
+            for path in files:
+                outcome = self._prepare_one(path, password, max_file_bytes, seen_ids, report, pending)
+                if len(pending) >= batch_size:
+                    self._commit(pending, report)
+                    pending = []
+                if on_file is not None:
+                    on_file(path, outcome)
+                bar.update(1)
+            if pending:
+                self._commit(pending, report)
+        finally:
+            bar.close()
+        logger.info(
+            "indexed %d, skipped %d, failed %d of %d files",
+            len(report.indexed),
+            len(report.skipped),
+            len(report.failed),
+            len(files),
+        )
+        return report
+
+    def _prepare_one(
+        self,
+        path: Path,
+        password: str | None,
+        max_file_bytes: int | None,
+        seen_ids: set[str],
+        report: IndexReport,
+        pending: list[_Prepared],
+    ) -> str:
+        try:
+            doc_id = document_id(path)
+        except FileNotFoundError:
+            report.failed.append(IndexFailure(str(path), f"{path}: file not found", "not_found"))
+            return "failed"
+        except OSError as exc:
+            report.failed.append(IndexFailure(str(path), f"{path}: cannot read file: {exc}", "not_found"))
+            return "failed"
+        if doc_id in seen_ids or doc_id in self._store:
+            report.skipped.append(doc_id)
+            return "skipped"
+        try:
+            prepared = self._prepare(path, doc_id, password, max_file_bytes)
+        except PDFLoadError as exc:
+            logger.warning("skipping %s", exc)
+            report.failed.append(IndexFailure(exc.path, str(exc), exc.kind))
+            return "failed"
+        except (OSError, ValueError, RuntimeError) as exc:  # a broken file must not stop the batch
+            logger.warning("skipping %s: %s", path, exc)
+            report.failed.append(IndexFailure(str(path), f"{path}: {exc}", "error"))
+            return "failed"
+        seen_ids.add(doc_id)
+        pending.append(prepared)
+        return "indexed"
+
+    def _prepare(self, path: Path, doc_id: str, password: str | None, max_file_bytes: int | None) -> _Prepared:
+        s = self.settings
+        rows, cols = s.shape
+        with open_pdf(path, password=password, max_file_bytes=max_file_bytes) as doc:
+            info = doc.info()
+            selected = select_document_pages(doc, s.pages, s.strategy, seed=s.seed)
+            images = doc.render(selected, fit=s.cell_size)
+            texts = doc.text(selected)
+            labels = info.page_labels
+        grid = compose_grid(images, selected, shape=(rows, cols), cell_size=s.cell_size)
+        stat = path.stat()
+        metadata: dict[str, Any] = {
+            "source": str(path),
+            "file_name": path.name,
+            "title": info.title,
+            "author": info.author,
+            "total_pages": info.page_count,
+            "selected_pages": [i + 1 for i in selected],
+            "selected_labels": [labels[i] for i in selected],
+            "strategy": s.strategy,
+            "k": s.pages,
+            "layout": json.dumps(grid.layout.to_dict(), separators=(",", ":")),
+            "file_bytes": stat.st_size,
+            "file_mtime": stat.st_mtime,
+            "indexed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        text = "\n\n".join(t.strip() for t in texts if t and t.strip())
+        old = [i for i in self._store.ids(where={"source": str(path)}) if i != doc_id]
+        return _Prepared(doc_id, path, grid, metadata, text, replaces=old)
+
+    def _commit(self, batch: list[_Prepared], report: IndexReport) -> None:
+        """Encode a batch of grids and write it to the store as one commit."""
+        encoder = self.encoder
+        self._store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
+        vectors = encoder.encode_images([p.grid.image for p in batch])
+        for p in batch:
+            p.metadata["model"] = encoder.model_id
+        self._store.add(
+            [p.doc_id for p in batch],
+            vectors,
+            [p.metadata for p in batch],
+            texts=[p.text for p in batch],
+        )
+        self._save_grids(batch)
+        replaced = [old for p in batch for old in p.replaces]
+        if replaced:
+            self._store.delete(replaced)
+            self._remove_grids(replaced)
+            report.replaced.extend(replaced)
+        report.indexed.extend(p.doc_id for p in batch)
+
+    # ------------------------------------------------------------ grid images
+    def _grid_path(self, doc_id: str) -> Path:
+        return self.path / "grids" / f"{doc_id}.png"
+
+    def _save_grids(self, batch: Sequence[_Prepared]) -> None:
+        folder = self.path / "grids"
+        folder.mkdir(parents=True, exist_ok=True)
+        for p in batch:
+            target = self._grid_path(p.doc_id)
+            tmp = target.with_suffix(".tmp")
+            p.grid.image.save(tmp, format="PNG", optimize=False, compress_level=6)
+            os.replace(tmp, target)
+
+    def _remove_grids(self, ids: Iterable[str]) -> None:
+        for doc_id in ids:
+            self._grid_path(doc_id).unlink(missing_ok=True)
+
+    def grid_image(self, doc_id: str) -> Image.Image:
+        """The composed grid image stored for a document."""
+        path = self._grid_path(doc_id)
+        if not path.exists():
+            raise KeyError(f"no grid image for document {doc_id!r}")
+        with Image.open(path) as img:
+            return img.convert("RGB")
+
+    def grid_layout(self, doc_id: str) -> GridLayout:
+        """Which cell of a document's grid holds which page, in pixels."""
+        doc = self._store.get([doc_id])
+        if not doc:
+            raise KeyError(f"no document {doc_id!r}")
+        return GridLayout.from_dict(json.loads(doc[0].metadata["layout"]))
+
+    def text(self, doc_id: str) -> str:
+        """The text layer of the document's selected pages, as indexed."""
+        return self._store.texts([doc_id]).get(doc_id, "")
+
+    # ------------------------------------------------------------------ delete
+    def resolve_ids(self, ids_or_paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+        """Map document ids or source paths to the ids stored for them (unknown ones are dropped)."""
+        out: list[str] = []
+        for item in ids_or_paths:
+            key = str(item)
+            if key in self._store:
+                out.append(key)
+                continue
+            source = str(Path(key).expanduser().resolve())
+            out.extend(self._store.ids(where={"source": source}))
+        return list(dict.fromkeys(out))
+
+    def delete(self, ids_or_paths: Iterable[str | os.PathLike[str]]) -> int:
+        """Delete documents given by id or by source path; returns how many were deleted."""
+        ids = self.resolve_ids(ids_or_paths)
+        n = self._store.delete(ids)
+        self._remove_grids(ids)
+        return n
+
+    # ------------------------------------------------------------------ search
+    def search(
+        self,
+        query: str,
+        top_k: int = 5,
+        *,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[SearchResult]:
+        """Rank documents for a text query by MaxSim; ``filters`` is a Chroma ``where`` dict."""
+        return self.search_batch([query], top_k, filters=filters)[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[str],
+        top_k: int = 5,
+        *,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[list[SearchResult]]:
+        """:meth:`search` for several queries, encoded together."""
+        if isinstance(queries, str):
+            raise TypeError("search_batch expects a list of queries")
+        for q in queries:
+            if not isinstance(q, str) or not q.strip():
+                raise ValueError("query must be a non-empty string")
+        if top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        if top_k == 0 or self._store.count() == 0:
+            return [[] for _ in queries]
+        vectors = self.encoder.encode_queries(list(queries))
+        hits = self._store.search_batch(vectors, top_k, where=filters)
+        return [
+            [SearchResult.from_metadata(h.id, h.score, rank, h.metadata) for rank, h in enumerate(per_query, 1)]
+            for per_query in hits
+        ]
+
+    # -------------------------------------------------------------------- info
+    def __len__(self) -> int:
+        return self._store.count()
+
+    def get(self, ids: Sequence[str]) -> list[SearchResult]:
+        """Stored documents by id, as results with score 0 (unknown ids are skipped)."""
+        return [SearchResult.from_metadata(d.id, 0.0, 0, d.metadata) for d in self._store.get(ids)]
+
+    def info(self) -> dict[str, Any]:
+        """What the store holds and how it was built."""
+        recorded = self._store.settings
+        encoder = recorded.get("encoder") or {}
+        index = recorded.get("index") or self.settings.to_dict()
+        return {
+            "path": str(self.path),
+            "documents": self._store.count(),
+            "vectors": self._store.total_vectors(),
+            "bytes_on_disk": self._store.bytes_on_disk(),
+            "bytes_grid_images": _folder_bytes(self.path / "grids"),
+            "model": encoder.get("model_id", self.model),
+            "family": encoder.get("family"),
+            "dim": self._store.dim,
+            "max_num_visual_tokens": encoder.get("max_num_visual_tokens"),
+            "mode": index.get("mode", "grid"),
+            "strategy": index.get("strategy"),
+            "pages": index.get("pages"),
+            "grid": "x".join(str(v) for v in index.get("grid", [])),
+            "cell_size": index.get("cell_size"),
+        }
+
+    # ---------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Release the store (and its writer lock); delete it if it was temporary."""
+        self._store.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def __enter__(self) -> DocPCIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.glob("*") if p.is_file()) if folder.exists() else 0
+
+
+class _NullBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool, desc: str) -> Any:
+    """A tqdm bar on stderr when enabled and stderr is a terminal, else a no-op."""
+    if not enabled or not sys.stderr.isatty():
+        return _NullBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="pdf", file=sys.stderr)

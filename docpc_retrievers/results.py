@@ -1,0 +1,86 @@
+"""Result types shared by the index, the CLI and the framework integrations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["IndexFailure", "IndexReport", "SearchResult"]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One ranked document: its id, MaxSim score (higher is better) and stored metadata.
+
+    ``selected_pages`` are 1-based page numbers, as people count pages;
+    ``metadata`` holds everything else the store keeps (title, author,
+    layout, strategy, ...).
+    """
+
+    id: str
+    score: float
+    rank: int
+    source: str | None
+    title: str | None
+    total_pages: int | None
+    selected_pages: list[int]
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any]) -> SearchResult:
+        return cls(
+            id=doc_id,
+            score=score,
+            rank=rank,
+            source=metadata.get("source"),
+            title=metadata.get("title") or metadata.get("file_name"),
+            total_pages=metadata.get("total_pages"),
+            selected_pages=list(metadata.get("selected_pages") or []),
+            metadata=dict(metadata),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``--json`` form."""
+        return {
+            "id": self.id,
+            "score": self.score,
+            "rank": self.rank,
+            "source": self.source,
+            "title": self.title,
+            "pages": self.total_pages,
+            "selected_pages": self.selected_pages,
+        }
+
+
+@dataclass(frozen=True)
+class IndexFailure:
+    """A file that could not be indexed, and why (the rest of the batch went on)."""
+
+    path: str
+    reason: str
+    kind: str = "error"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason, "kind": self.kind}
+
+
+@dataclass
+class IndexReport:
+    """What an ``add_pdfs`` run did: ids indexed, ids skipped as unchanged, failures."""
+
+    indexed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[IndexFailure] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``--json`` form."""
+        return {
+            "indexed": len(self.indexed),
+            "skipped": len(self.skipped),
+            "failed": [f.to_dict() for f in self.failed],
+        }

@@ -1,0 +1,132 @@
+"""Late-interaction (MaxSim) scoring: ``s(q, d) = sum_i max_j <q_i, d_j>``.
+
+Three entry points, all numpy float32:
+
+- :func:`maxsim_reference` scores one query against one document with no
+  batching at all; it is the definition the others are tested against.
+- :func:`maxsim_padded` scores queries against documents that were padded to
+  a common length (the layout of a training batch); document padding is
+  masked with ``-inf`` *before* the max, never with 0, so a padded row can
+  never win when every real similarity is negative.
+- :func:`maxsim` scores many queries against many documents of different
+  lengths without any padding, by concatenating document vectors and taking
+  segment maxima; this is what the store uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["maxsim", "maxsim_padded", "maxsim_reference", "pad_vectors"]
+
+
+def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float32)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a [n_vectors, dim] matrix, got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has no vectors")
+    return arr
+
+
+def maxsim_reference(query: np.ndarray, document: np.ndarray) -> float:
+    """Score one query ``[n_q, dim]`` against one document ``[n_d, dim]``, the plain way."""
+    q = _as_matrix(query, "query")
+    d = _as_matrix(document, "document")
+    return float(sum(float(np.max(d @ q_i)) for q_i in q))
+
+
+def pad_vectors(items: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Stack matrices of different lengths: returns ``[n, max_len, dim]`` and a bool mask ``[n, max_len]``."""
+    mats = [_as_matrix(x, f"item {i}") for i, x in enumerate(items)]
+    if not mats:
+        raise ValueError("nothing to pad")
+    dim = mats[0].shape[1]
+    max_len = max(m.shape[0] for m in mats)
+    out = np.zeros((len(mats), max_len, dim), dtype=np.float32)
+    mask = np.zeros((len(mats), max_len), dtype=bool)
+    for i, m in enumerate(mats):
+        if m.shape[1] != dim:
+            raise ValueError(f"item {i} has dim {m.shape[1]}, expected {dim}")
+        out[i, : m.shape[0]] = m
+        mask[i, : m.shape[0]] = True
+    return out, mask
+
+
+def maxsim_padded(
+    queries: np.ndarray,
+    query_mask: np.ndarray,
+    documents: np.ndarray,
+    document_mask: np.ndarray,
+) -> np.ndarray:
+    """MaxSim of padded batches.
+
+    Args:
+        queries: ``[n_q, t_q, dim]`` query token vectors.
+        query_mask: ``[n_q, t_q]`` bool, True for real query tokens.
+        documents: ``[n_d, t_d, dim]`` document vectors.
+        document_mask: ``[n_d, t_d]`` bool, True for real document vectors.
+
+    Returns:
+        ``[n_q, n_d]`` scores. Padded document rows are set to ``-inf`` before
+        the max; padded query tokens contribute nothing to the sum.
+    """
+    q = np.asarray(queries, dtype=np.float32)
+    d = np.asarray(documents, dtype=np.float32)
+    qm = np.asarray(query_mask, dtype=bool)
+    dm = np.asarray(document_mask, dtype=bool)
+    if q.ndim != 3 or d.ndim != 3 or q.shape[2] != d.shape[2]:
+        raise ValueError(f"expected [n_q, t_q, dim] and [n_d, t_d, dim], got {q.shape} and {d.shape}")
+    if not dm.any(axis=1).all():
+        raise ValueError("every document needs at least one unmasked vector")
+    sims = np.einsum("aid,bjd->abij", q, d)  # [n_q, n_d, t_q, t_d]
+    sims = np.where(dm[None, :, None, :], sims, -np.inf)
+    best = sims.max(axis=3)  # [n_q, n_d, t_q]
+    best = np.where(qm[:, None, :], best, 0.0)
+    return best.sum(axis=2).astype(np.float32)
+
+
+def maxsim(
+    queries: Sequence[np.ndarray],
+    documents: Sequence[np.ndarray],
+    *,
+    max_vectors_per_chunk: int = 262_144,
+) -> np.ndarray:
+    """MaxSim of every query against every document, documents of any lengths.
+
+    Document vectors are concatenated and reduced per document with
+    ``np.maximum.reduceat``, so there is no padding to mask at all; documents
+    are processed in chunks of about ``max_vectors_per_chunk`` vectors to bound
+    memory. Returns ``[len(queries), len(documents)]`` float32 scores.
+    """
+    qs = [_as_matrix(q, f"query {i}") for i, q in enumerate(queries)]
+    n_docs = len(documents)
+    if not qs:
+        return np.zeros((0, n_docs), dtype=np.float32)
+    if n_docs == 0:
+        return np.zeros((len(qs), 0), dtype=np.float32)
+    q_all = np.concatenate(qs, axis=0)  # [T, dim]
+    q_starts = np.cumsum([0] + [q.shape[0] for q in qs[:-1]])
+    dim = q_all.shape[1]
+    scores = np.empty((len(qs), n_docs), dtype=np.float32)
+
+    start = 0
+    while start < n_docs:
+        end, total = start, 0
+        while end < n_docs and (end == start or total + len(documents[end]) <= max_vectors_per_chunk):
+            total += len(documents[end])
+            end += 1
+        chunk = [np.asarray(documents[i]) for i in range(start, end)]
+        lengths = [c.shape[0] for c in chunk]
+        for i, (c, n) in enumerate(zip(chunk, lengths)):
+            if c.ndim != 2 or n == 0 or c.shape[1] != dim:
+                raise ValueError(f"document {start + i} must be a non-empty [n, {dim}] matrix, got {c.shape}")
+        flat = np.concatenate(chunk, axis=0).astype(np.float32, copy=False)
+        sims = flat @ q_all.T  # [sum n_d, T]
+        d_starts = np.cumsum([0] + lengths[:-1])
+        best = np.maximum.reduceat(sims, d_starts, axis=0)  # [n_chunk_docs, T]
+        scores[:, start:end] = np.add.reduceat(best, q_starts, axis=1).T
+        start = end
+    return scores

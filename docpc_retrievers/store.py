@@ -1,0 +1,518 @@
+"""Chroma-backed multi-vector store: one Chroma record per document, vectors in fp16 segments.
+
+Layout of a store directory::
+
+    <dir>/store.json          format, dim, collection name, settings, write generation
+    <dir>/write.lock          single-writer lock (flock)
+    <dir>/chroma/             Chroma's persistent directory (embedded mode only)
+    <dir>/vectors/*.f16       float16 multi-vector segments (see segments.py)
+
+Chroma is the record of what is indexed: one record per document with its
+metadata (source, title, pages, layout, model, ...), a pointer into a vector
+segment, and a mean-pooled unit vector as its Chroma embedding (so the
+collection is also usable by plain Chroma tools and filters). A document's
+full ``[n, dim]`` multi-vector and its centroid summary live in the segment.
+Search is two-stage (see candidates.py): centroid MaxSim over every document
+in memory, then exact MaxSim on the best ``n_candidates``. With a Chroma
+server (``host=...``) records live on the server and the vector segments in
+the local directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .candidates import CentroidIndex, document_centroids
+from .errors import ModelMismatchError, StoreError
+from .locking import WriterLock
+from .scoring import maxsim
+from .segments import SegmentReader, SegmentWriter
+
+__all__ = ["MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
+
+logger = logging.getLogger(__name__)
+
+STORE_FORMAT = 1
+_MANIFEST = "store.json"
+_INTERNAL_KEYS = ("_seg", "_off", "_n", "_nc")
+_SETTINGS_KEY = "docpc_settings"
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A document record: its id, its public metadata and how many vectors it has."""
+
+    id: str
+    metadata: dict[str, Any]
+    n_vectors: int
+    vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class ScoredDocument:
+    """A search hit: id, MaxSim score (higher is better) and public metadata."""
+
+    id: str
+    score: float
+    metadata: dict[str, Any]
+
+
+def _public(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metadata.items() if k not in _INTERNAL_KEYS}
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _check_metadata(doc_id: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    clean: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if key in _INTERNAL_KEYS or key.startswith("chroma:"):
+            raise ValueError(f"document {doc_id}: metadata key {key!r} is reserved")
+        if isinstance(value, (list, tuple)):
+            if not value:
+                continue  # Chroma refuses empty lists; an absent key means the same
+            value = list(value)
+        elif not (value is None or isinstance(value, (str, int, float, bool))):
+            raise ValueError(
+                f"document {doc_id}: metadata {key!r} has type {type(value).__name__}; "
+                "use str, int, float, bool, None or a list of one scalar type"
+            )
+        clean[key] = value
+    return clean
+
+
+class MultiVectorStore:
+    """Per-document multi-vector embeddings with metadata, persisted in Chroma plus fp16 segments.
+
+    Args:
+        path: the store directory (created if missing).
+        host, port, ssl, headers: use a Chroma server instead of the embedded one.
+        collection: Chroma collection name.
+        writable: take the single-writer lock; a second writer gets StoreLockedError.
+        n_centroids: centroids kept per document for the first search stage.
+        n_candidates: documents scored exactly after the first stage.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        host: str | None = None,
+        port: int = 8000,
+        ssl: bool = False,
+        headers: Mapping[str, str] | None = None,
+        collection: str = "docpc",
+        writable: bool = False,
+        n_centroids: int = 16,
+        n_candidates: int = 128,
+    ) -> None:
+        self.path = Path(path).expanduser().resolve()
+        self.host = host
+        self.n_centroids = n_centroids
+        self.n_candidates = n_candidates
+        self._lock = WriterLock(self.path) if writable else None
+        manifest_path = self.path / _MANIFEST
+        if not writable and not manifest_path.exists():
+            raise StoreError(f"no docpc store at {self.path} (missing {_MANIFEST}); index some documents first")
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self._lock is not None:
+            self._lock.acquire()
+        try:
+            self._manifest = self._load_manifest(collection)
+            self.collection_name = str(self._manifest["collection"])
+            self._client = self._make_client(host, port, ssl, headers)
+            self._collection = self._client.get_or_create_collection(
+                self.collection_name,
+                embedding_function=None,
+                configuration={"hnsw": {"space": "ip"}},
+            )
+        except BaseException:
+            self.close()
+            raise
+        self._writer: SegmentWriter | None = None
+        self._reader: SegmentReader | None = None
+        self._index: CentroidIndex | None = None
+        self._records: dict[str, dict[str, Any]] = {}
+        self._loaded_generation = -1
+
+    # ------------------------------------------------------------------ setup
+    def _make_client(self, host: str | None, port: int, ssl: bool, headers: Mapping[str, str] | None) -> Any:
+        import chromadb
+        from chromadb.config import Settings
+
+        settings = Settings(anonymized_telemetry=False)
+        if host is not None:
+            return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
+        return chromadb.PersistentClient(path=str(self.path / "chroma"), settings=settings)
+
+    def _load_manifest(self, collection: str) -> dict[str, Any]:
+        path = self.path / _MANIFEST
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise StoreError(f"{path} is unreadable: {exc}") from exc
+            if data.get("format") != STORE_FORMAT:
+                raise StoreError(f"{path}: store format {data.get('format')} is not supported (expected {STORE_FORMAT})")
+            return data
+        data = {"format": STORE_FORMAT, "collection": collection, "dim": None, "settings": {}, "generation": 0}
+        _write_json_atomic(path, data)
+        return data
+
+    def _save_manifest(self) -> None:
+        self._manifest["generation"] = int(self._manifest.get("generation", 0)) + 1
+        _write_json_atomic(self.path / _MANIFEST, self._manifest)
+        self._loaded_generation = self._manifest["generation"]
+
+    # --------------------------------------------------------------- settings
+    @property
+    def dim(self) -> int | None:
+        dim = self._manifest.get("dim")
+        return int(dim) if dim is not None else None
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the store was built with (encoder and index settings)."""
+        return dict(self._manifest.get("settings") or {})
+
+    def check_settings(self, settings: Mapping[str, Any], *, section: str | None = None) -> None:
+        """Raise ModelMismatchError when ``settings`` differ from the recorded ones.
+
+        ``section`` compares only that sub-dict (e.g. ``"encoder"`` for search).
+        """
+        recorded = self.settings
+        if section is not None:
+            recorded = recorded.get(section) or {}
+        if not recorded:
+            return
+        diffs = [
+            f"{key}: store has {recorded.get(key)!r}, got {settings.get(key)!r}"
+            for key in sorted(set(recorded) | set(settings))
+            if recorded.get(key) != settings.get(key)
+        ]
+        if diffs:
+            what = f"{section} settings" if section else "settings"
+            raise ModelMismatchError(
+                f"store {self.path} was built with different {what} ({'; '.join(diffs)}); "
+                "use the store's own model (omit --model) or index into a new store"
+            )
+
+    def set_settings(self, settings: Mapping[str, Any]) -> None:
+        """Record the settings on first write; later writes must match them."""
+        self._require_writer()
+        if self.settings:
+            self.check_settings(settings)
+            return
+        self._manifest["settings"] = json.loads(json.dumps(dict(settings)))
+        self._save_manifest()
+
+    # ---------------------------------------------------------------- loading
+    def _require_writer(self) -> None:
+        if self._lock is None or not self._lock.held:
+            raise StoreError(f"store {self.path} was opened read-only; open it with writable=True to change it")
+
+    def _segments(self) -> SegmentReader:
+        if self._reader is None:
+            if self.dim is None:
+                raise StoreError("store has no vectors yet")
+            self._reader = SegmentReader(self.path / "vectors", self.dim)
+        return self._reader
+
+    def refresh(self) -> None:
+        """Reload records when another writer changed the store since we last looked."""
+        path = self.path / _MANIFEST
+        try:
+            on_disk = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return
+        if on_disk.get("generation") != self._loaded_generation:
+            self._manifest = on_disk
+            self._load_all()
+
+    def _load_all(self) -> None:
+        """Read every record from Chroma and rebuild the in-memory first stage."""
+        self._records = {}
+        self._index = None
+        self._loaded_generation = int(self._manifest.get("generation", 0))
+        if self.dim is None:
+            return
+        self._index = CentroidIndex(self.n_centroids, self.dim)
+        total = self._collection.count()
+        page = 5000
+        for start in range(0, total, page):
+            got = self._collection.get(include=["metadatas"], limit=page, offset=start)
+            self._ingest(got["ids"], got["metadatas"])
+
+    def _ingest(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
+        assert self._index is not None
+        reader = self._segments()
+        cents = []
+        for doc_id, meta in zip(ids, metadatas):
+            self._records[doc_id] = dict(meta)
+            n, nc = int(meta["_n"]), int(meta["_nc"])
+            cents.append(np.asarray(reader.read(str(meta["_seg"]), int(meta["_off"]) + n, nc), dtype=np.float32))
+        self._index.add(list(ids), cents)
+
+    def _ensure_loaded(self) -> None:
+        if self._index is None and self.dim is not None:
+            self._load_all()
+        else:
+            self.refresh()
+
+    # ----------------------------------------------------------------- writes
+    def add(
+        self,
+        ids: Sequence[str],
+        vectors: Sequence[np.ndarray],
+        metadatas: Sequence[Mapping[str, Any]],
+        texts: Sequence[str | None] | None = None,
+    ) -> None:
+        """Insert or replace documents: ``vectors[i]`` is ``[n_i, dim]`` (unit rows, as encoders give).
+
+        ``texts`` (optional) is kept as the Chroma document text, e.g. the text
+        layer of the selected pages. The batch is committed as a unit: vectors
+        are made durable first, then the Chroma records that point at them.
+        """
+        self._require_writer()
+        if not (len(ids) == len(vectors) == len(metadatas)) or (texts is not None and len(texts) != len(ids)):
+            raise ValueError("ids, vectors, metadatas (and texts) must have the same length")
+        if len(set(ids)) != len(ids):
+            raise ValueError("duplicate ids in one add() call")
+        if not ids:
+            return
+        mats = [np.asarray(v, dtype=np.float32) for v in vectors]
+        dim = self.dim or mats[0].shape[1]
+        for doc_id, m in zip(ids, mats):
+            if m.ndim != 2 or m.shape[0] == 0 or m.shape[1] != dim:
+                raise ValueError(f"document {doc_id}: expected a non-empty [n, {dim}] matrix, got {m.shape}")
+            if not np.isfinite(m).all():
+                raise ValueError(f"document {doc_id}: embedding contains NaN or inf")
+        if self.dim is None:
+            self._manifest["dim"] = dim
+            self._save_manifest()
+        self._ensure_loaded()
+        if self._writer is None:
+            self._writer = SegmentWriter(self.path / "vectors", dim)
+        writer = self._writer
+
+        records: list[dict[str, Any]] = []
+        pooled = np.empty((len(ids), dim), dtype=np.float32)
+        cents = []
+        for i, (doc_id, m, meta) in enumerate(zip(ids, mats, metadatas)):
+            c = document_centroids(m, self.n_centroids)
+            offset = writer.append(m)
+            writer.append(c)
+            mean = m.mean(axis=0)
+            pooled[i] = mean / max(float(np.linalg.norm(mean)), 1e-12)
+            rec = _check_metadata(doc_id, meta)
+            rec.update({"_seg": writer.name, "_off": offset, "_n": int(m.shape[0]), "_nc": int(c.shape[0])})
+            records.append(rec)
+            cents.append(c)
+        writer.flush()
+
+        max_batch = self._client.get_max_batch_size()
+        for s in range(0, len(ids), max_batch):
+            e = s + max_batch
+            docs = None if texts is None else [t or "" for t in texts[s:e]]
+            self._collection.upsert(ids=list(ids[s:e]), embeddings=pooled[s:e], metadatas=records[s:e], documents=docs)
+        for doc_id, rec in zip(ids, records):
+            self._records[doc_id] = rec
+        assert self._index is not None
+        self._index.add(list(ids), cents)
+        self._save_manifest()
+
+    def delete(self, ids: Iterable[str]) -> int:
+        """Delete documents by id; returns how many existed."""
+        self._require_writer()
+        self._ensure_loaded()
+        present = [i for i in dict.fromkeys(ids) if i in self._records]
+        if present:
+            self._collection.delete(ids=present)
+            for doc_id in present:
+                self._records.pop(doc_id, None)
+            if self._index is not None:
+                self._index.remove(present)
+            self._save_manifest()
+        return len(present)
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the public metadata of existing documents, keeping their vectors."""
+        self._require_writer()
+        self._ensure_loaded()
+        new = []
+        for doc_id, meta in zip(ids, metadatas):
+            if doc_id not in self._records:
+                raise KeyError(f"no document {doc_id!r} in the store")
+            rec = _check_metadata(doc_id, meta)
+            rec.update({k: self._records[doc_id][k] for k in _INTERNAL_KEYS})
+            new.append(rec)
+        if new:
+            self._collection.update(ids=list(ids), metadatas=new)
+            for doc_id, rec in zip(ids, new):
+                self._records[doc_id] = rec
+            self._save_manifest()
+
+    # ------------------------------------------------------------------ reads
+    def count(self) -> int:
+        self._ensure_loaded()
+        return len(self._records)
+
+    def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
+        """All document ids, or those whose metadata matches a Chroma ``where`` filter."""
+        self._ensure_loaded()
+        if where is None:
+            return list(self._records)
+        got = self._collection.get(where=dict(where), include=[])
+        return [i for i in got["ids"] if i in self._records]
+
+    def __contains__(self, doc_id: object) -> bool:
+        self._ensure_loaded()
+        return doc_id in self._records
+
+    def vectors(self, doc_id: str) -> np.ndarray:
+        """The stored ``[n, dim]`` multi-vector of a document, as float32."""
+        self._ensure_loaded()
+        rec = self._records.get(doc_id)
+        if rec is None:
+            raise KeyError(f"no document {doc_id!r} in the store")
+        return self._read_vectors(rec)
+
+    def _read_raw(self, rec: Mapping[str, Any]) -> np.ndarray:
+        """The stored float16 rows of a record (a memory-mapped view, no copy)."""
+        return self._segments().read(str(rec["_seg"]), int(rec["_off"]), int(rec["_n"]))
+
+    def _read_vectors(self, rec: Mapping[str, Any]) -> np.ndarray:
+        return np.asarray(self._read_raw(rec), dtype=np.float32)
+
+    def get(self, ids: Sequence[str] | None = None, *, include_vectors: bool = False) -> list[StoredDocument]:
+        """Records by id (missing ids are skipped), or all records."""
+        self._ensure_loaded()
+        wanted = list(self._records) if ids is None else [i for i in ids if i in self._records]
+        return [
+            StoredDocument(
+                id=doc_id,
+                metadata=_public(self._records[doc_id]),
+                n_vectors=int(self._records[doc_id]["_n"]),
+                vectors=self._read_vectors(self._records[doc_id]) if include_vectors else None,
+            )
+            for doc_id in wanted
+        ]
+
+    def texts(self, ids: Sequence[str]) -> dict[str, str]:
+        """The stored text of documents (empty string when none was kept)."""
+        if not ids:
+            return {}
+        got = self._collection.get(ids=list(ids), include=["documents"])
+        return {i: (d or "") for i, d in zip(got["ids"], got["documents"] or [])}
+
+    def total_vectors(self) -> int:
+        self._ensure_loaded()
+        return sum(int(r["_n"]) for r in self._records.values())
+
+    def bytes_on_disk(self) -> int:
+        """Bytes used under the store directory (Chroma files and vector segments)."""
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            for name in files:
+                try:
+                    total += (Path(root) / name).stat().st_size
+                except OSError:
+                    pass
+        return total
+
+    # ----------------------------------------------------------------- search
+    def search(
+        self,
+        query: np.ndarray,
+        top_k: int = 10,
+        *,
+        where: Mapping[str, Any] | None = None,
+        ids: Iterable[str] | None = None,
+        n_candidates: int | None = None,
+        exhaustive: bool = False,
+    ) -> list[ScoredDocument]:
+        """Top documents for one query ``[n_tokens, dim]`` by MaxSim, best first.
+
+        ``where`` is a Chroma metadata filter, ``ids`` restricts to given
+        documents. When the (filtered) corpus is no larger than the number of
+        candidates, or ``exhaustive`` is set, every document is scored exactly.
+        """
+        return self.search_batch([query], top_k, where=where, ids=ids, n_candidates=n_candidates, exhaustive=exhaustive)[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[np.ndarray],
+        top_k: int = 10,
+        *,
+        where: Mapping[str, Any] | None = None,
+        ids: Iterable[str] | None = None,
+        n_candidates: int | None = None,
+        exhaustive: bool = False,
+    ) -> list[list[ScoredDocument]]:
+        """:meth:`search` for several queries at once (one list of hits per query)."""
+        if top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        self._ensure_loaded()
+        if top_k == 0 or not self._records or self._index is None:
+            return [[] for _ in queries]
+        qs = [np.asarray(q, dtype=np.float32) for q in queries]
+        for q in qs:
+            if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] != self.dim:
+                raise ValueError(f"query must be a non-empty [n_tokens, {self.dim}] matrix, got {q.shape}")
+        allowed: set[str] | None = None
+        if where is not None:
+            allowed = set(self.ids(where))
+        if ids is not None:
+            id_set = {i for i in ids if i in self._records}
+            allowed = id_set if allowed is None else allowed & id_set
+        pool = list(self._records) if allowed is None else [i for i in self._records if i in allowed]
+        if not pool:
+            return [[] for _ in queries]
+        n_cand = max(n_candidates or self.n_candidates, top_k)
+        results = []
+        for q in qs:
+            if exhaustive or len(pool) <= n_cand:
+                cand = pool
+            else:
+                cand = self._index.top(q, n_cand, allowed)
+            docs = [self._read_raw(self._records[doc_id]) for doc_id in cand]
+            scores = maxsim([q], docs)[0]
+            order = sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))[:top_k]
+            results.append(
+                [ScoredDocument(cand[i], float(scores[i]), _public(self._records[cand[i]])) for i in order]
+            )
+        return results
+
+    # --------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Flush and release the writer lock; the store can be reopened afterwards."""
+        if getattr(self, "_writer", None) is not None:
+            self._writer.close()
+            self._writer = None
+        if getattr(self, "_reader", None) is not None:
+            self._reader.close()
+            self._reader = None
+        if getattr(self, "_lock", None) is not None:
+            self._lock.release()
+
+    def __enter__(self) -> MultiVectorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,156 @@
+"""Build a tiny random ColQwen2 checkpoint (model + processor) for tests and examples.
+
+Why: tests, example tests and benchmarks must exercise the real
+``ColQwen2.from_pretrained`` / ``ColQwen2Processor.from_pretrained`` loading
+path without network access or real weights. The checkpoint built here has
+random weights, so its scores are meaningless; it is only good for shapes,
+plumbing, determinism and ranking logic. It builds in about a second.
+
+Run as a script: ``python -m docpc_retrievers.testing.tiny_checkpoint OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["TINY_SPECIAL_TOKENS", "build_tiny_colqwen2", "main"]
+
+logger = logging.getLogger(__name__)
+
+#: Special tokens the Qwen2-VL prompt templates of colpali-engine rely on.
+TINY_SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+_TRAINING_SENTENCES: tuple[str, ...] = (
+    "Describe the image.",
+    "user assistant system",
+    "What is the total revenue reported in the annual financial statement?",
+    "Quarterly report: revenue, profit, margin, growth and outlook for 2024.",
+    "The quick brown fox jumps over the lazy dog 0123456789.",
+    "Invoice number, date, amount due, payment terms and contact details.",
+    "Figure 3 shows the architecture of the proposed retrieval model.",
+    "Table 1: results on the benchmark, recall at 1, 5 and 10.",
+    "Where is the warranty information in the user manual?",
+    "Safety instructions, installation guide, troubleshooting and index.",
+)
+
+_VOCAB_SIZE = 400
+
+
+def _build_tokenizer() -> object:
+    """Train a byte-level BPE (vocab ~400) and wrap it in ``Qwen2TokenizerFast``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Qwen2TokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_VOCAB_SIZE,
+        special_tokens=list(TINY_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(list(_TRAINING_SENTENCES), trainer=trainer)
+    return Qwen2TokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+    )
+
+
+def build_tiny_colqwen2(path: str | Path, *, seed: int = 0) -> Path:
+    """Save a tiny random ColQwen2 model and its ColQwen2Processor into ``path``.
+
+    The folder is created if needed and loads with
+    ``ColQwen2.from_pretrained(path)`` / ``ColQwen2Processor.from_pretrained(path)``.
+    Output embeddings have dim 128. The same ``seed`` gives the same weights.
+    Returns the folder as a ``Path``.
+    """
+    import torch
+    from colpali_engine.models import ColQwen2, ColQwen2Processor
+    from transformers import Qwen2VLConfig, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _build_tokenizer()
+    ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in TINY_SPECIAL_TOKENS}
+
+    config = Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            # Qwen2's defaults (151643, ...) lie outside the tiny vocab and make transformers warn.
+            bos_token_id=None,
+            eos_token_id=ids["<|endoftext|>"],
+            pad_token_id=ids["<|endoftext|>"],
+        ),
+        vision_config=dict(
+            depth=2,
+            embed_dim=32,
+            hidden_size=64,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+
+    # Seed and restore the global RNG so callers' randomness is not disturbed.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ColQwen2(config)
+    model.eval()
+
+    processor = ColQwen2Processor(
+        image_processor=Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=28 * 28 * 64),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+    )
+
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    logger.info("tiny ColQwen2 checkpoint (seed=%d) written to %s", seed, out)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point: build the checkpoint into OUT_DIR."""
+    parser = argparse.ArgumentParser(
+        prog="python -m docpc_retrievers.testing.tiny_checkpoint",
+        description="Build a tiny random ColQwen2 checkpoint (for tests only; scores are meaningless).",
+    )
+    parser.add_argument("out_dir", type=Path, help="folder to write the checkpoint into")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for the weights (default 0)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    build_tiny_colqwen2(args.out_dir, seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
