@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "EncodedImage",
     "Encoder",
     "detect_family",
+    "import_colpali_models",
     "load_encoder",
 ]
 
@@ -157,9 +159,7 @@ def _family_from_config(config: Mapping[str, Any], origin: str) -> str:
 class _Checkpoint:
     """What was found about a checkpoint before loading it."""
 
-    model_id: str  # hub id as given, or resolved local folder
-    load_from: str  # what to hand to from_pretrained
-    is_local: bool
+    model_id: str  # hub id as given, or resolved local folder; what from_pretrained gets
     config: dict[str, Any]  # config.json of the model (of the base model for a PEFT adapter)
     config_origin: str
     base_model: str | None  # PEFT adapter's base_model_name_or_path
@@ -320,7 +320,6 @@ class _Resolved:
     """Result of :func:`_resolve_config`."""
 
     model_id: str
-    is_local: bool
     config: dict[str, Any]
     config_origin: str
     base_model: str | None
@@ -328,7 +327,7 @@ class _Resolved:
 
 
 def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...] = ()) -> _Resolved:
-    """Find the ``config.json`` of a local folder or hub id, following a PEFT adapter's base (once per hop)."""
+    """Find the ``config.json`` of a local folder or hub id, following PEFT adapters to their base model."""
     name = str(model)
     if not name.strip():
         raise ModelLoadError(f"Empty model name. {_how_to_fix(DEFAULT_MODEL)}")
@@ -342,11 +341,11 @@ def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...]
         config_file, adapter_file = local / "config.json", local / "adapter_config.json"
         revision: str | None = _fingerprint_folder(local)
         if config_file.is_file():
-            return _Resolved(folder, True, _read_json(config_file), str(config_file), None, revision)
+            return _Resolved(folder, _read_json(config_file), str(config_file), None, revision)
         if adapter_file.is_file():
             base = _adapter_base(_read_json(adapter_file), str(adapter_file))
             inner = _resolve_config(base, hub, seen=(*seen, name))
-            return _Resolved(folder, True, inner.config, inner.config_origin, base, revision)
+            return _Resolved(folder, inner.config, inner.config_origin, base, revision)
         raise ModelLoadError(
             f"Model folder {folder!r} has neither config.json nor adapter_config.json: not a checkpoint. "
             f"{_how_to_fix(name)}"
@@ -365,12 +364,12 @@ def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...]
         ) from None
     found = _hub_json(name, "config.json", hub)
     if found is not None:
-        return _Resolved(name, False, found[0], f"{name}/config.json", None, found[1])
+        return _Resolved(name, found[0], f"{name}/config.json", None, found[1])
     adapter = _hub_json(name, "adapter_config.json", hub)
     if adapter is not None:
         base = _adapter_base(adapter[0], f"{name}/adapter_config.json")
         inner = _resolve_config(base, hub, seen=(*seen, name))
-        return _Resolved(name, False, inner.config, inner.config_origin, base, adapter[1])
+        return _Resolved(name, inner.config, inner.config_origin, base, adapter[1])
     where = "in the local Hugging Face cache (offline)" if hub.local_only() else "on the Hugging Face Hub"
     raise ModelLoadError(
         f"Model {name!r} was not found {where}: no config.json or adapter_config.json. {_how_to_fix(name)}"
@@ -392,8 +391,6 @@ def _inspect_checkpoint(model: str | Path, local_files_only: bool | None) -> _Ch
     lfo = hub.local_only() if hub.used else (True if local_files_only is None else local_files_only)
     return _Checkpoint(
         model_id=found.model_id,
-        load_from=found.model_id,
-        is_local=found.is_local,
         config=found.config,
         config_origin=found.config_origin,
         base_model=found.base_model,
@@ -462,14 +459,36 @@ class EncodedImage:
 # --------------------------------------------------------------------------- ColPaliEncoder
 
 
+def import_colpali_models() -> ModuleType:
+    """Import ``colpali_engine.models`` without its side effect on logging.
+
+    colpali-engine 0.3.18 calls ``logging.info(...)`` at import when fast-plaid is missing,
+    which runs ``logging.basicConfig()`` and leaves a handler on the root logger: any later
+    ``logging.basicConfig(...)`` of the application would then silently do nothing. If the
+    root logger had no handlers before, the ones the import added are removed again.
+    """
+    root = logging.getLogger()
+    had_handlers = bool(root.handlers)
+    import colpali_engine.models as models
+
+    if not had_handlers:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+    return models
+
+
 def _pick_device(device: str | None) -> str:
     import torch
 
     if device is not None:
         try:
-            torch.device(device)
+            kind = torch.device(device).type
         except (RuntimeError, ValueError) as exc:
             raise ValueError(f"Invalid device {device!r}: {exc}") from None
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"Device {device!r} requested but CUDA is not available in this torch build/machine.")
+        if kind == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"Device {device!r} requested but MPS is not available.")
         return device
     if torch.cuda.is_available():
         return "cuda"
@@ -574,7 +593,7 @@ class ColPaliEncoder:
     def _load(self, fam: _Family, ckpt: _Checkpoint) -> tuple[Any, Any]:
         """Load model and processor through colpali-engine's ``from_pretrained``; wrap failures."""
         try:
-            import colpali_engine.models as ce_models
+            ce_models = import_colpali_models()
         except Exception as exc:
             raise ModelLoadError(f"Cannot import colpali-engine: {exc}") from exc
         model_cls = getattr(ce_models, fam.model_class, None)
@@ -586,8 +605,8 @@ class ColPaliEncoder:
             )
         common: dict[str, Any] = {"local_files_only": ckpt.local_files_only}
         try:
-            model = model_cls.from_pretrained(ckpt.load_from, dtype=self.dtype, device_map=self.device, **common)
-            processor = processor_cls.from_pretrained(ckpt.load_from, **common)
+            model = model_cls.from_pretrained(ckpt.model_id, dtype=self.dtype, device_map=self.device, **common)
+            processor = processor_cls.from_pretrained(ckpt.model_id, **common)
         except ModelLoadError:
             raise
         except Exception as exc:  # OSError (missing files), ValueError (bad config), RuntimeError (OOM), ...

@@ -12,8 +12,10 @@ metadata (source, title, pages, layout, model, ...), a pointer into a vector
 segment, and a mean-pooled unit vector as its Chroma embedding (so the
 collection is also usable by plain Chroma tools and filters). A document's
 full ``[n, dim]`` multi-vector and its centroid summary live in the segment.
-Search is two-stage (see candidates.py): centroid MaxSim over every document
-in memory, then exact MaxSim on the best ``n_candidates``. With a Chroma
+Search has three stages: centroid MaxSim over every document in memory (see
+candidates.py) keeps ``n_candidates``; their full vectors are scored in
+float16 (``maxsim_half``); the best ``top_k + rescore_margin`` are scored
+exactly in float32, and those exact scores are what search returns. With a Chroma
 server (``host=...``) records live on the server and the vector segments in
 the local directory.
 """
@@ -24,17 +26,19 @@ import json
 import logging
 import os
 import tempfile
+import threading
+from functools import wraps
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
 from .candidates import CentroidIndex, document_centroids
 from .errors import ModelMismatchError, StoreError
 from .locking import WriterLock
-from .scoring import maxsim
+from .scoring import maxsim, maxsim_half
 from .segments import SegmentReader, SegmentWriter
 
 __all__ = ["MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
@@ -66,6 +70,20 @@ class ScoredDocument:
     metadata: dict[str, Any]
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _synchronized(method: _F) -> _F:
+    """Serialise a public method on the store's mutex: one store object may be shared by threads."""
+
+    @wraps(method)
+    def wrapper(self: MultiVectorStore, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _public(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if k not in _INTERNAL_KEYS}
 
@@ -79,16 +97,37 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``, so a mismatch message names the exact setting."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Chroma merges metadata on upsert/update; a None for every dropped key makes it a replacement."""
+    out = dict(new)
+    for key in old or {}:
+        out.setdefault(key, None)
+    return out
+
+
 def _check_metadata(doc_id: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for key, value in metadata.items():
         if key in _INTERNAL_KEYS or key.startswith("chroma:"):
             raise ValueError(f"document {doc_id}: metadata key {key!r} is reserved")
+        if value is None:
+            continue  # Chroma stores no None: an absent key means the same, in memory and on disk
         if isinstance(value, (list, tuple)):
             if not value:
                 continue  # Chroma refuses empty lists; an absent key means the same
             value = list(value)
-        elif not (value is None or isinstance(value, (str, int, float, bool))):
+        elif not isinstance(value, (str, int, float, bool)):
             raise ValueError(
                 f"document {doc_id}: metadata {key!r} has type {type(value).__name__}; "
                 "use str, int, float, bool, None or a list of one scalar type"
@@ -106,7 +145,9 @@ class MultiVectorStore:
         collection: Chroma collection name.
         writable: take the single-writer lock; a second writer gets StoreLockedError.
         n_centroids: centroids kept per document for the first search stage.
-        n_candidates: documents scored exactly after the first stage.
+        n_candidates: documents kept by the centroid stage and scored in float16.
+        rescore_margin: beyond ``top_k``, how many float16 survivors are rescored
+            exactly in float32 (returned scores are always exact).
     """
 
     def __init__(
@@ -120,12 +161,15 @@ class MultiVectorStore:
         collection: str = "docpc",
         writable: bool = False,
         n_centroids: int = 16,
-        n_candidates: int = 128,
+        n_candidates: int = 256,
+        rescore_margin: int = 22,
     ) -> None:
         self.path = Path(path).expanduser().resolve()
         self.host = host
         self.n_centroids = n_centroids
         self.n_candidates = n_candidates
+        self.rescore_margin = rescore_margin
+        self._mutex = threading.RLock()
         self._lock = WriterLock(self.path) if writable else None
         manifest_path = self.path / _MANIFEST
         if not writable and not manifest_path.exists():
@@ -201,10 +245,11 @@ class MultiVectorStore:
             recorded = recorded.get(section) or {}
         if not recorded:
             return
+        have, want = _flatten(recorded), _flatten(settings)
         diffs = [
-            f"{key}: store has {recorded.get(key)!r}, got {settings.get(key)!r}"
-            for key in sorted(set(recorded) | set(settings))
-            if recorded.get(key) != settings.get(key)
+            f"{key}: store has {have.get(key)!r}, got {want.get(key)!r}"
+            for key in sorted(set(have) | set(want))
+            if have.get(key) != want.get(key)
         ]
         if diffs:
             what = f"{section} settings" if section else "settings"
@@ -213,6 +258,7 @@ class MultiVectorStore:
                 "use the store's own model (omit --model) or index into a new store"
             )
 
+    @_synchronized
     def set_settings(self, settings: Mapping[str, Any]) -> None:
         """Record the settings on first write; later writes must match them."""
         self._require_writer()
@@ -234,6 +280,7 @@ class MultiVectorStore:
             self._reader = SegmentReader(self.path / "vectors", self.dim)
         return self._reader
 
+    @_synchronized
     def refresh(self) -> None:
         """Reload records when another writer changed the store since we last looked."""
         path = self.path / _MANIFEST
@@ -276,6 +323,7 @@ class MultiVectorStore:
             self.refresh()
 
     # ----------------------------------------------------------------- writes
+    @_synchronized
     def add(
         self,
         ids: Sequence[str],
@@ -329,14 +377,16 @@ class MultiVectorStore:
         max_batch = self._client.get_max_batch_size()
         for s in range(0, len(ids), max_batch):
             e = s + max_batch
-            docs = None if texts is None else [t or "" for t in texts[s:e]]
-            self._collection.upsert(ids=list(ids[s:e]), embeddings=pooled[s:e], metadatas=records[s:e], documents=docs)
+            docs = [""] * len(ids[s:e]) if texts is None else [t or "" for t in texts[s:e]]
+            metas = [_replacing(r, self._records.get(i)) for i, r in zip(ids[s:e], records[s:e])]
+            self._collection.upsert(ids=list(ids[s:e]), embeddings=pooled[s:e], metadatas=metas, documents=docs)
         for doc_id, rec in zip(ids, records):
             self._records[doc_id] = rec
         assert self._index is not None
         self._index.add(list(ids), cents)
         self._save_manifest()
 
+    @_synchronized
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed."""
         self._require_writer()
@@ -351,6 +401,7 @@ class MultiVectorStore:
             self._save_manifest()
         return len(present)
 
+    @_synchronized
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
         """Replace the public metadata of existing documents, keeping their vectors."""
         self._require_writer()
@@ -363,16 +414,20 @@ class MultiVectorStore:
             rec.update({k: self._records[doc_id][k] for k in _INTERNAL_KEYS})
             new.append(rec)
         if new:
-            self._collection.update(ids=list(ids), metadatas=new)
+            self._collection.update(
+                ids=list(ids), metadatas=[_replacing(r, self._records[i]) for i, r in zip(ids, new)]
+            )
             for doc_id, rec in zip(ids, new):
                 self._records[doc_id] = rec
             self._save_manifest()
 
     # ------------------------------------------------------------------ reads
+    @_synchronized
     def count(self) -> int:
         self._ensure_loaded()
         return len(self._records)
 
+    @_synchronized
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """All document ids, or those whose metadata matches a Chroma ``where`` filter."""
         self._ensure_loaded()
@@ -381,10 +436,12 @@ class MultiVectorStore:
         got = self._collection.get(where=dict(where), include=[])
         return [i for i in got["ids"] if i in self._records]
 
+    @_synchronized
     def __contains__(self, doc_id: object) -> bool:
         self._ensure_loaded()
         return doc_id in self._records
 
+    @_synchronized
     def vectors(self, doc_id: str) -> np.ndarray:
         """The stored ``[n, dim]`` multi-vector of a document, as float32."""
         self._ensure_loaded()
@@ -400,6 +457,7 @@ class MultiVectorStore:
     def _read_vectors(self, rec: Mapping[str, Any]) -> np.ndarray:
         return np.asarray(self._read_raw(rec), dtype=np.float32)
 
+    @_synchronized
     def get(self, ids: Sequence[str] | None = None, *, include_vectors: bool = False) -> list[StoredDocument]:
         """Records by id (missing ids are skipped), or all records."""
         self._ensure_loaded()
@@ -414,6 +472,7 @@ class MultiVectorStore:
             for doc_id in wanted
         ]
 
+    @_synchronized
     def texts(self, ids: Sequence[str]) -> dict[str, str]:
         """The stored text of documents (empty string when none was kept)."""
         if not ids:
@@ -421,6 +480,7 @@ class MultiVectorStore:
         got = self._collection.get(ids=list(ids), include=["documents"])
         return {i: (d or "") for i, d in zip(got["ids"], got["documents"] or [])}
 
+    @_synchronized
     def total_vectors(self) -> int:
         self._ensure_loaded()
         return sum(int(r["_n"]) for r in self._records.values())
@@ -455,6 +515,7 @@ class MultiVectorStore:
         """
         return self.search_batch([query], top_k, where=where, ids=ids, n_candidates=n_candidates, exhaustive=exhaustive)[0]
 
+    @_synchronized
     def search_batch(
         self,
         queries: Sequence[np.ndarray],
@@ -492,6 +553,12 @@ class MultiVectorStore:
             else:
                 cand = self._index.top(q, n_cand, allowed)
             docs = [self._read_raw(self._records[doc_id]) for doc_id in cand]
+            if not exhaustive and len(cand) > top_k + self.rescore_margin:
+                # Screen in float16, then score the survivors exactly in float32.
+                rough = maxsim_half(q, docs)
+                keep = np.argpartition(-rough, top_k + self.rescore_margin - 1)[: top_k + self.rescore_margin]
+                cand = [cand[i] for i in keep]
+                docs = [docs[i] for i in keep]
             scores = maxsim([q], docs)[0]
             order = sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))[:top_k]
             results.append(
@@ -500,6 +567,7 @@ class MultiVectorStore:
         return results
 
     # --------------------------------------------------------------- lifetime
+    @_synchronized
     def close(self) -> None:
         """Flush and release the writer lock; the store can be reopened afterwards."""
         if getattr(self, "_writer", None) is not None:

@@ -413,3 +413,6 @@ def test_default_dtype_per_device() -> None:
     with pytest.raises(ValueError):
         encoders._pick_device("not-a-device")
     assert encoders._pick_device("cpu") == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            encoders._pick_device("cuda")

@@ -81,8 +81,12 @@ def build_tiny_colqwen2(path: str | Path, *, seed: int = 0) -> Path:
     Returns the folder as a ``Path``.
     """
     import torch
-    from colpali_engine.models import ColQwen2, ColQwen2Processor
     from transformers import Qwen2VLConfig, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    from docpc_retrievers.encoders import import_colpali_models
+
+    ce_models = import_colpali_models()
+    ColQwen2, ColQwen2Processor = ce_models.ColQwen2, ce_models.ColQwen2Processor  # noqa: N806
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

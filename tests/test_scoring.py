@@ -1,0 +1,82 @@
+"""MaxSim: batched and padded forms against the unpadded per-document reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from docpc_retrievers.scoring import maxsim, maxsim_half, maxsim_padded, maxsim_reference, pad_vectors
+
+
+def _unit(rng: np.random.Generator, n: int, dim: int = 16) -> np.ndarray:
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_reference_on_hand_built_vectors() -> None:
+    q = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    d = np.array([[0.6, 0.8], [1.0, 0.0], [0.0, -1.0]], dtype=np.float32)
+    # token 1: max(0.6, 1.0, 0.0) = 1.0 ; token 2: max(0.8, 0.0, -1.0) = 0.8
+    assert maxsim_reference(q, d) == pytest.approx(1.8)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batched_matches_reference_for_ragged_documents(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    queries = [_unit(rng, int(rng.integers(1, 9))) for _ in range(4)]
+    docs = [_unit(rng, int(rng.integers(1, 40))) for _ in range(23)]
+    expected = np.array([[maxsim_reference(q, d) for d in docs] for q in queries])
+    got = maxsim(queries, docs)
+    assert got.shape == (4, 23)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_chunking_does_not_change_scores() -> None:
+    rng = np.random.default_rng(7)
+    q = [_unit(rng, 5)]
+    docs = [_unit(rng, int(rng.integers(1, 30))) for _ in range(50)]
+    np.testing.assert_allclose(maxsim(q, docs, max_vectors_per_chunk=7), maxsim(q, docs), rtol=1e-6)
+
+
+def test_padded_matches_reference() -> None:
+    rng = np.random.default_rng(3)
+    queries = [_unit(rng, n) for n in (3, 6)]
+    docs = [_unit(rng, n) for n in (1, 9, 4)]
+    qp, qm = pad_vectors(queries)
+    dp, dm = pad_vectors(docs)
+    expected = np.array([[maxsim_reference(q, d) for d in docs] for q in queries])
+    np.testing.assert_allclose(maxsim_padded(qp, qm, dp, dm), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_padding_never_wins_when_all_similarities_are_negative() -> None:
+    # Every real similarity is negative: zero-masking would score 0 here.
+    q = np.array([[1.0, 0.0]], dtype=np.float32)
+    short = np.array([[-1.0, 0.0]], dtype=np.float32)
+    long = np.array([[-0.6, 0.8], [-0.8, 0.6]], dtype=np.float32)
+    dp, dm = pad_vectors([short, long])
+    qp, qm = pad_vectors([q])
+    scores = maxsim_padded(qp, qm, dp, dm)
+    assert scores[0, 0] == pytest.approx(-1.0)
+    assert scores[0, 1] == pytest.approx(-0.6)
+    np.testing.assert_allclose(maxsim([q], [short, long])[0], [-1.0, -0.6], rtol=1e-6)
+
+
+def test_empty_inputs_and_bad_shapes() -> None:
+    rng = np.random.default_rng(0)
+    assert maxsim([], [_unit(rng, 2)]).shape == (0, 1)
+    assert maxsim([_unit(rng, 2)], []).shape == (1, 0)
+    with pytest.raises(ValueError):
+        maxsim([_unit(rng, 2)], [np.zeros((0, 16), dtype=np.float32)])
+    with pytest.raises(ValueError):
+        maxsim([_unit(rng, 2, dim=8)], [_unit(rng, 3, dim=16)])
+
+
+def test_half_precision_screen_is_close_to_float32() -> None:
+    rng = np.random.default_rng(11)
+    q = _unit(rng, 6)
+    docs = [_unit(rng, int(rng.integers(1, 50))).astype(np.float16) for _ in range(40)]
+    exact = maxsim([q], docs)[0]
+    rough = maxsim_half(q, docs)
+    assert rough.shape == (40,)
+    np.testing.assert_allclose(rough, exact, atol=2e-2)
+    assert np.argmax(rough) == np.argmax(exact)

@@ -1,0 +1,318 @@
+"""MultiVectorStore: persistence, upsert/delete, filters, two-stage search, settings, locking, Chroma server."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docpc_retrievers.errors import ModelMismatchError, StoreError, StoreLockedError
+from docpc_retrievers.scoring import maxsim
+from docpc_retrievers.store import MultiVectorStore
+
+DIM = 32
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chroma_systems() -> Iterator[None]:
+    yield
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _topical_docs(n_docs: int, seed: int = 0, n_topics: int = 20) -> tuple[list[np.ndarray], np.random.Generator]:
+    rng = np.random.default_rng(seed)
+    centroids = _unit(rng.standard_normal((n_topics, DIM)))
+    docs = []
+    for _ in range(n_docs):
+        topics = rng.choice(n_topics, size=3, replace=False)
+        n = int(rng.integers(20, 60))
+        picks = rng.choice(topics, size=n)
+        docs.append(_unit(centroids[picks] + 0.6 * _unit(rng.standard_normal((n, DIM)))))
+    return docs, rng
+
+
+def _meta(i: int) -> dict:
+    return {"source": f"/docs/{i}.pdf", "title": f"doc {i}", "total_pages": i % 7 + 1, "selected_pages": [1, 2], "group": "even" if i % 2 == 0 else "odd"}
+
+
+def _fill(path: Path, n: int = 30, **kwargs) -> tuple[list[str], list[np.ndarray]]:
+    docs, _ = _topical_docs(n)
+    ids = [f"d{i:03d}" for i in range(n)]
+    with MultiVectorStore(path, writable=True, **kwargs) as store:
+        store.add(ids[: n // 2], docs[: n // 2], [_meta(i) for i in range(n // 2)])
+        store.add(ids[n // 2 :], docs[n // 2 :], [_meta(i) for i in range(n // 2, n)])
+    return ids, docs
+
+
+def _query(doc: np.ndarray, seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = doc[rng.choice(len(doc), size=min(8, len(doc)), replace=False)]
+    return _unit(rows + 0.3 * _unit(rng.standard_normal(rows.shape)))
+
+
+def test_add_get_roundtrip_keeps_vectors_and_metadata(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=10)
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.count() == 10
+        assert store.dim == DIM
+        assert set(store.ids()) == set(ids)
+        got = store.get(["d003", "missing"], include_vectors=True)
+        assert [g.id for g in got] == ["d003"]
+        assert got[0].metadata == {k: v for k, v in _meta(3).items()}
+        assert got[0].n_vectors == len(docs[3])
+        np.testing.assert_allclose(got[0].vectors, docs[3], atol=1e-3)  # stored as float16
+        assert store.total_vectors() == sum(len(d) for d in docs)
+
+
+def test_exact_search_equals_brute_force_and_survives_reopen(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=30)
+    q = _query(docs[7])
+    stored = [d.astype(np.float16).astype(np.float32) for d in docs]
+    expected = maxsim([q], stored)[0]
+    order = sorted(range(len(ids)), key=lambda i: (-expected[i], ids[i]))[:5]
+    with MultiVectorStore(tmp_path / "s") as store:
+        hits = store.search(q, top_k=5)
+    assert [h.id for h in hits] == [ids[i] for i in order]
+    np.testing.assert_allclose([h.score for h in hits], expected[order], rtol=1e-5)
+    assert hits[0].id == "d007"
+    with MultiVectorStore(tmp_path / "s") as again:
+        assert [(h.id, h.score) for h in again.search(q, top_k=5)] == [(h.id, h.score) for h in hits]
+
+
+def test_two_stage_search_finds_the_exhaustive_top_results(tmp_path: Path) -> None:
+    docs, _ = _topical_docs(300, seed=5)
+    ids = [f"d{i:03d}" for i in range(300)]
+    with MultiVectorStore(tmp_path / "s", writable=True, n_centroids=8, n_candidates=40) as store:
+        store.add(ids, docs, [_meta(i) for i in range(300)])
+        overlaps = []
+        for target in range(0, 300, 30):
+            q = _query(docs[target], seed=target)
+            fast = store.search(q, top_k=10)
+            exact = store.search(q, top_k=10, exhaustive=True)
+            assert fast[0].id == exact[0].id == ids[target]
+            overlaps.append(len({h.id for h in fast} & {h.id for h in exact}) / 10)
+            # Scores of returned documents are exact MaxSim, not first-stage approximations.
+            by_id = {h.id: h.score for h in exact}
+            for h in fast:
+                if h.id in by_id:
+                    assert h.score == pytest.approx(by_id[h.id], rel=1e-6)
+        assert np.mean(overlaps) >= 0.9
+
+
+def test_upsert_replaces_vectors_and_metadata(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=10)
+    new_vec = _unit(np.random.default_rng(9).standard_normal((5, DIM)))
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(["d002"], [new_vec], [{"title": "replaced"}])
+        assert store.count() == 10
+        np.testing.assert_allclose(store.vectors("d002"), new_vec, atol=1e-3)
+        assert store.get(["d002"])[0].metadata == {"title": "replaced"}
+        hit = store.search(new_vec, top_k=1)[0]
+        assert hit.id == "d002" and hit.score == pytest.approx(5.0, abs=1e-2)
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.get(["d002"])[0].metadata == {"title": "replaced"}
+
+
+def test_delete_removes_from_results_and_count(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=10)
+    q = _query(docs[4])
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        assert store.search(q, top_k=1)[0].id == "d004"
+        assert store.delete(["d004", "nope"]) == 1
+        assert store.delete(["d004"]) == 0
+        assert store.count() == 9
+        assert "d004" not in {h.id for h in store.search(q, top_k=10)}
+        with pytest.raises(KeyError):
+            store.vectors("d004")
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert "d004" not in store and store.count() == 9
+
+
+def test_update_metadata_keeps_vectors(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=6)
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.update_metadata(["d001"], [{"title": "new title"}])
+        assert store.get(["d001"])[0].metadata == {"title": "new title"}
+        np.testing.assert_allclose(store.vectors("d001"), docs[1], atol=1e-3)
+        with pytest.raises(KeyError):
+            store.update_metadata(["zzz"], [{"title": "x"}])
+
+
+def test_filters_restrict_candidates(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=20)
+    q = _query(docs[3])
+    with MultiVectorStore(tmp_path / "s") as store:
+        even = store.search(q, top_k=20, where={"group": "even"})
+        assert len(even) == 10 and all(int(h.id[1:]) % 2 == 0 for h in even)
+        assert {h.id for h in store.search(q, top_k=20, where={"total_pages": {"$gte": 6}})} == {
+            ids[i] for i in range(20) if i % 7 + 1 >= 6
+        }
+        assert [h.id for h in store.search(q, top_k=3, ids=["d003", "d010"])][0] == "d003"
+        assert store.search(q, top_k=5, where={"group": "none"}) == []
+        assert sorted(store.ids(where={"group": "odd"})) == [i for i in ids if int(i[1:]) % 2 == 1]
+
+
+def test_top_k_edges(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=6)
+    q = _query(docs[0])
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.search(q, top_k=0) == []
+        assert len(store.search(q, top_k=100)) == 6
+        with pytest.raises(ValueError):
+            store.search(q, top_k=-1)
+        with pytest.raises(ValueError):
+            store.search(np.zeros((3, DIM + 1), dtype=np.float32))
+
+
+def test_empty_store_searches_to_nothing(tmp_path: Path) -> None:
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        assert store.count() == 0
+        assert store.search(np.ones((2, DIM), dtype=np.float32), top_k=3) == []
+
+
+def test_bad_inputs_are_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    v = _unit(rng.standard_normal((3, DIM)))
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        with pytest.raises(ValueError, match="reserved"):
+            store.add(["a"], [v], [{"_seg": "x"}])
+        with pytest.raises(ValueError, match="type"):
+            store.add(["a"], [v], [{"blob": b"bytes"}])
+        with pytest.raises(ValueError, match="duplicate"):
+            store.add(["a", "a"], [v, v], [{}, {}])
+        with pytest.raises(ValueError, match="NaN"):
+            store.add(["a"], [np.full((2, DIM), np.nan, dtype=np.float32)], [{}])
+        store.add(["a"], [v], [{"empty_list": []}])
+        with pytest.raises(ValueError):
+            store.add(["b"], [_unit(rng.standard_normal((3, DIM + 2)))], [{}])
+        assert store.count() == 1
+
+
+def test_settings_are_recorded_and_mismatches_refused(tmp_path: Path) -> None:
+    settings = {"encoder": {"model_id": "m1", "dim": DIM}, "index": {"strategy": "first", "pages": 4}}
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.set_settings(settings)
+        store.set_settings(settings)  # same again is fine
+        with pytest.raises(ModelMismatchError, match="encoder.model_id: store has 'm1', got 'm2'"):
+            store.set_settings({**settings, "encoder": {"model_id": "m2", "dim": DIM}})
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.settings == settings
+        store.check_settings({"model_id": "m1", "dim": DIM}, section="encoder")
+        with pytest.raises(ModelMismatchError, match="encoder settings"):
+            store.check_settings({"model_id": "other", "dim": DIM}, section="encoder")
+
+
+def test_read_only_and_missing_stores(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no docpc store"):
+        MultiVectorStore(tmp_path / "nothing-here")
+    _fill(tmp_path / "s", n=4)
+    with MultiVectorStore(tmp_path / "s") as store:
+        with pytest.raises(StoreError, match="read-only"):
+            store.delete(["d000"])
+        with pytest.raises(StoreError, match="read-only"):
+            store.add(["x"], [np.ones((1, DIM), dtype=np.float32)], [{}])
+
+
+def test_second_writer_is_refused_until_the_first_closes(tmp_path: Path) -> None:
+    first = MultiVectorStore(tmp_path / "s", writable=True)
+    try:
+        with pytest.raises(StoreLockedError, match="being written by pid"):
+            MultiVectorStore(tmp_path / "s", writable=True)
+    finally:
+        first.close()
+    MultiVectorStore(tmp_path / "s", writable=True).close()
+
+
+def test_reader_sees_later_writes_after_refresh(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=6)
+    reader = MultiVectorStore(tmp_path / "s")
+    try:
+        assert reader.count() == 6
+        extra = _unit(np.random.default_rng(4).standard_normal((4, DIM)))
+        with MultiVectorStore(tmp_path / "s", writable=True) as writer:
+            writer.add(["new"], [extra], [{"title": "new"}])
+        assert reader.count() == 7  # the generation in store.json changed: reloaded
+        assert reader.search(extra, top_k=1)[0].id == "new"
+    finally:
+        reader.close()
+
+
+def test_bytes_on_disk_counts_vectors_at_half_fp32(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=10)
+    segments = sum(p.stat().st_size for p in (tmp_path / "s" / "vectors").glob("*.f16"))
+    n_vectors = sum(len(d) for d in docs)
+    # fp16 rows for every vector plus (at most 16) centroid rows per document
+    assert n_vectors * DIM * 2 <= segments <= (n_vectors + 16 * 10) * DIM * 2
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.bytes_on_disk() > segments
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    exe = Path(sys.executable).with_name("chroma")
+    if not exe.exists():
+        exe = Path(shutil.which("chroma") or "chroma")
+    data = tmp_path_factory.mktemp("chroma-server")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(exe), "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import chromadb
+
+        deadline = time.time() + 60
+        while True:
+            try:
+                chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
+                break
+            except Exception:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("chroma server did not start") from None
+                time.sleep(0.3)
+        yield "127.0.0.1", port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_chroma_server_backend_round_trip(tmp_path: Path, chroma_server: tuple[str, int]) -> None:
+    host, port = chroma_server
+    docs, _ = _topical_docs(12, seed=2)
+    ids = [f"s{i}" for i in range(12)]
+    with MultiVectorStore(tmp_path / "local", host=host, port=port, collection="srv-test", writable=True) as store:
+        store.add(ids, docs, [_meta(i) for i in range(12)])
+        store.delete(["s5"])
+        q = _query(docs[3])
+        hits = store.search(q, top_k=3)
+    assert hits[0].id == "s3"
+    with MultiVectorStore(tmp_path / "local", host=host, port=port, collection="srv-test") as again:
+        assert again.count() == 11
+        assert [(h.id, h.score) for h in again.search(q, top_k=3)] == [(h.id, h.score) for h in hits]
+        assert again.get(["s3"])[0].metadata["title"] == "doc 3"
+    # The records really live on the server, not in the local directory.
+    import chromadb
+
+    col = chromadb.HttpClient(host=host, port=port).get_collection("srv-test")
+    assert col.count() == 11
+    assert not (tmp_path / "local" / "chroma").exists()
