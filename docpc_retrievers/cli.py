@@ -11,7 +11,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,15 @@ from . import __version__
 from .errors import DocPCError, StoreLockedError
 from .selection import STRATEGIES
 
-__all__ = ["main", "build_parser"]
+__all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "UsageError", "build_parser", "main"]
 
 logger = logging.getLogger("docpc_retrievers.cli")
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad arguments found after parsing; reported like argparse's own errors (exit 2)."""
 
 
 def _positive_int(text: str) -> int:
@@ -95,15 +100,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help="delete documents by id or source path")
     p.add_argument("targets", nargs="+", metavar="ID_OR_PATH")
     _add_common(p, model=False)
+
+    for name, func in _COMMANDS.items():
+        sub.choices[name].set_defaults(func=func)
+    for module in _PLUGIN_COMMANDS:
+        # Each plugin module adds its sub-command(s) and sets func=...; imported lazily at parse time.
+        import_module(module, __package__).register(sub, _add_common)
     return parser
 
 
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # force=True: importing colpali-engine may already have attached a root handler.
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
     if verbose < 2:
-        for noisy in ("chromadb", "httpx", "transformers", "urllib3"):
+        for noisy in ("chromadb", "httpx", "transformers", "urllib3", "huggingface_hub"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
+        # transformers draws "Loading weights" bars on every model load; ours is the only bar.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 def _emit(data: Any) -> None:
@@ -160,11 +175,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
         try:
             where = json.loads(args.where)
         except json.JSONDecodeError as exc:
-            raise _UsageError(f"--where is not valid JSON: {exc}") from None
+            raise UsageError(f"--where is not valid JSON: {exc}") from None
         if not isinstance(where, dict):
-            raise _UsageError("--where must be a JSON object")
+            raise UsageError("--where must be a JSON object")
     if not args.query.strip():
-        raise _UsageError("the query is empty")
+        raise UsageError("the query is empty")
     with DocPCIndex(
         args.store, model=args.model, host=args.host, port=args.port, collection=args.collection,
         encoder_kwargs=_encoder_kwargs(args),
@@ -212,11 +227,16 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _UsageError(Exception):
-    pass
 
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "index": _cmd_index,
+    "search": _cmd_search,
+    "info": _cmd_info,
+    "delete": _cmd_delete,
+}
 
-_COMMANDS = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "delete": _cmd_delete}
+#: Modules that add more sub-commands: each has ``register(subparsers, add_common)``.
+_PLUGIN_COMMANDS: tuple[str, ...] = ()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     try:
-        return _COMMANDS[args.command](args)
-    except _UsageError as exc:
+        return int(args.func(args))
+    except UsageError as exc:
         parser.error(str(exc))
     except StoreLockedError as exc:
         print(f"docpc: {exc}", file=sys.stderr)

@@ -440,7 +440,7 @@ class Encoder(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EncodedImage:
     """One encoded image with token bookkeeping, for mapping vectors back to image regions.
 
@@ -504,7 +504,8 @@ def _pick_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None:
-        # bf16 is the models' training dtype on GPUs; fp16 overflows in Qwen2 activations, so mps gets fp32.
+        # bf16 is the models' dtype on GPUs. fp16 can overflow in these models' activations (NaN rows) and
+        # bf16 on mps depends on the macOS/torch version, so mps gets the safe choice: fp32.
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
     name = aliases.get(dtype.lower(), dtype.lower()).removeprefix("torch.")

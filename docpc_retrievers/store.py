@@ -41,13 +41,14 @@ from .locking import WriterLock
 from .scoring import maxsim, maxsim_half
 from .segments import SegmentReader, SegmentWriter
 
-__all__ = ["MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
+__all__ = ["AGGREGATES", "MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
 
 logger = logging.getLogger(__name__)
 
 STORE_FORMAT = 1
 _MANIFEST = "store.json"
-_INTERNAL_KEYS = ("_seg", "_off", "_n", "_nc")
+_INTERNAL_KEYS = ("_seg", "_off", "_n", "_nc", "_parts")
+AGGREGATES = ("max", "mean", "sum")
 _SETTINGS_KEY = "docpc_settings"
 
 
@@ -59,15 +60,22 @@ class StoredDocument:
     metadata: dict[str, Any]
     n_vectors: int
     vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    parts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class ScoredDocument:
-    """A search hit: id, MaxSim score (higher is better) and public metadata."""
+    """A search hit: id, score (higher is better) and public metadata.
+
+    For records stored in several parts (one per page in page mode),
+    ``part_scores`` holds each part's exact MaxSim and ``score`` is their
+    aggregate; for single-part records it is ``(score,)``.
+    """
 
     id: str
     score: float
     metadata: dict[str, Any]
+    part_scores: tuple[float, ...] = ()
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -330,11 +338,14 @@ class MultiVectorStore:
         vectors: Sequence[np.ndarray],
         metadatas: Sequence[Mapping[str, Any]],
         texts: Sequence[str | None] | None = None,
+        parts: Sequence[Sequence[int] | None] | None = None,
     ) -> None:
         """Insert or replace documents: ``vectors[i]`` is ``[n_i, dim]`` (unit rows, as encoders give).
 
         ``texts`` (optional) is kept as the Chroma document text, e.g. the text
-        layer of the selected pages. The batch is committed as a unit: vectors
+        layer of the selected pages. ``parts[i]`` (optional) splits document
+        ``i``'s rows into consecutive parts of the given lengths (one per page in
+        page mode); search then scores each part and aggregates. The batch is committed as a unit: vectors
         are made durable first, then the Chroma records that point at them.
         """
         self._require_writer()
@@ -346,7 +357,12 @@ class MultiVectorStore:
             return
         mats = [np.asarray(v, dtype=np.float32) for v in vectors]
         dim = self.dim or mats[0].shape[1]
-        for doc_id, m in zip(ids, mats):
+        if parts is not None and len(parts) != len(ids):
+            raise ValueError("parts must have one entry per document")
+        for i, (doc_id, m) in enumerate(zip(ids, mats)):
+            split = None if parts is None else parts[i]
+            if split is not None and (sum(split) != m.shape[0] or min(split, default=0) < 1):
+                raise ValueError(f"document {doc_id}: parts {list(split)} do not split its {m.shape[0]} rows")
             if m.ndim != 2 or m.shape[0] == 0 or m.shape[1] != dim:
                 raise ValueError(f"document {doc_id}: expected a non-empty [n, {dim}] matrix, got {m.shape}")
             if not np.isfinite(m).all():
@@ -370,6 +386,9 @@ class MultiVectorStore:
             pooled[i] = mean / max(float(np.linalg.norm(mean)), 1e-12)
             rec = _check_metadata(doc_id, meta)
             rec.update({"_seg": writer.name, "_off": offset, "_n": int(m.shape[0]), "_nc": int(c.shape[0])})
+            split = None if parts is None else parts[i]
+            if split is not None and len(split) > 1:
+                rec["_parts"] = [int(v) for v in split]
             records.append(rec)
             cents.append(c)
         writer.flush()
@@ -411,7 +430,7 @@ class MultiVectorStore:
             if doc_id not in self._records:
                 raise KeyError(f"no document {doc_id!r} in the store")
             rec = _check_metadata(doc_id, meta)
-            rec.update({k: self._records[doc_id][k] for k in _INTERNAL_KEYS})
+            rec.update({k: self._records[doc_id][k] for k in _INTERNAL_KEYS if k in self._records[doc_id]})
             new.append(rec)
         if new:
             self._collection.update(
@@ -468,6 +487,7 @@ class MultiVectorStore:
                 metadata=_public(self._records[doc_id]),
                 n_vectors=int(self._records[doc_id]["_n"]),
                 vectors=self._read_vectors(self._records[doc_id]) if include_vectors else None,
+                parts=tuple(self._records[doc_id].get("_parts") or (int(self._records[doc_id]["_n"]),)),
             )
             for doc_id in wanted
         ]
@@ -506,14 +526,19 @@ class MultiVectorStore:
         ids: Iterable[str] | None = None,
         n_candidates: int | None = None,
         exhaustive: bool = False,
+        aggregate: str = "max",
     ) -> list[ScoredDocument]:
         """Top documents for one query ``[n_tokens, dim]`` by MaxSim, best first.
 
         ``where`` is a Chroma metadata filter, ``ids`` restricts to given
         documents. When the (filtered) corpus is no larger than the number of
         candidates, or ``exhaustive`` is set, every document is scored exactly.
+        Multi-part records (page mode) score each part and combine them with
+        ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
         """
-        return self.search_batch([query], top_k, where=where, ids=ids, n_candidates=n_candidates, exhaustive=exhaustive)[0]
+        return self.search_batch(
+            [query], top_k, where=where, ids=ids, n_candidates=n_candidates, exhaustive=exhaustive, aggregate=aggregate
+        )[0]
 
     @_synchronized
     def search_batch(
@@ -525,10 +550,13 @@ class MultiVectorStore:
         ids: Iterable[str] | None = None,
         n_candidates: int | None = None,
         exhaustive: bool = False,
+        aggregate: str = "max",
     ) -> list[list[ScoredDocument]]:
         """:meth:`search` for several queries at once (one list of hits per query)."""
         if top_k < 0:
             raise ValueError("top_k must be >= 0")
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
         self._ensure_loaded()
         if top_k == 0 or not self._records or self._index is None:
             return [[] for _ in queries]
@@ -552,19 +580,47 @@ class MultiVectorStore:
                 cand = pool
             else:
                 cand = self._index.top(q, n_cand, allowed)
-            docs = [self._read_raw(self._records[doc_id]) for doc_id in cand]
             if not exhaustive and len(cand) > top_k + self.rescore_margin:
                 # Screen in float16, then score the survivors exactly in float32.
-                rough = maxsim_half(q, docs)
+                rough, _ = self._score(q, cand, aggregate, half=True)
                 keep = np.argpartition(-rough, top_k + self.rescore_margin - 1)[: top_k + self.rescore_margin]
                 cand = [cand[i] for i in keep]
-                docs = [docs[i] for i in keep]
-            scores = maxsim([q], docs)[0]
+            scores, per_part = self._score(q, cand, aggregate, half=False)
             order = sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))[:top_k]
             results.append(
-                [ScoredDocument(cand[i], float(scores[i]), _public(self._records[cand[i]])) for i in order]
+                [
+                    ScoredDocument(
+                        cand[i],
+                        float(scores[i]),
+                        _public(self._records[cand[i]]),
+                        tuple(float(v) for v in per_part[i]),
+                    )
+                    for i in order
+                ]
             )
         return results
+
+    def _score(
+        self, query: np.ndarray, ids: Sequence[str], aggregate: str, *, half: bool
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Aggregate scores ``[len(ids)]`` and each document's part scores, float16 screen or exact."""
+        pieces: list[np.ndarray] = []
+        counts: list[int] = []
+        for doc_id in ids:
+            rec = self._records[doc_id]
+            rows = self._read_raw(rec)
+            split = rec.get("_parts")
+            if split:
+                bounds = np.cumsum([0, *split])
+                pieces.extend(rows[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+                counts.append(len(split))
+            else:
+                pieces.append(rows)
+                counts.append(1)
+        flat = maxsim_half(query, pieces) if half else maxsim([query], pieces)[0]
+        per_doc = np.split(flat, np.cumsum(counts)[:-1])
+        reduce = {"max": np.max, "mean": np.mean, "sum": np.sum}[aggregate]
+        return np.array([reduce(p) for p in per_doc], dtype=np.float32), per_doc
 
     # --------------------------------------------------------------- lifetime
     @_synchronized

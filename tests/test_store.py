@@ -316,3 +316,30 @@ def test_chroma_server_backend_round_trip(tmp_path: Path, chroma_server: tuple[s
     col = chromadb.HttpClient(host=host, port=port).get_collection("srv-test")
     assert col.count() == 11
     assert not (tmp_path / "local" / "chroma").exists()
+
+
+def test_multi_part_records_aggregate_max_mean_sum_like_a_hand_computed_reference(tmp_path: Path) -> None:
+    # Two "pages" per document, hand-built so every page score is known exactly.
+    e = np.eye(DIM, dtype=np.float32)
+    query = np.stack([e[0], e[1]])  # two query tokens
+    doc_a = np.stack([e[0], e[1], -e[0]])  # page 1: [e0, e1] -> 2.0 ; page 2: [-e0] -> -1 + 0 = -1.0
+    doc_b = np.stack([e[0], e[0] * 0.5 + e[1] * 0.5, e[1]])  # page 1: [e0] -> 1.0 ; page 2: [mix, e1] -> 0.5 + 1.0
+    doc_b[1] /= np.linalg.norm(doc_b[1])
+    mix = float(doc_b[1] @ e[0])  # 0.7071
+    pages_a = [2.0, -1.0 + 0.0]
+    pages_b = [1.0 + 0.0, mix + 1.0]
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(["a", "b"], [doc_a, doc_b], [{}, {}], parts=[[2, 1], [1, 2]])
+        assert store.get(["a"])[0].parts == (2, 1)
+        for aggregate, fn in (("max", max), ("mean", lambda v: sum(v) / len(v)), ("sum", sum)):
+            hits = {h.id: h for h in store.search(query, top_k=2, aggregate=aggregate)}
+            assert hits["a"].score == pytest.approx(fn(pages_a), abs=1e-3), aggregate
+            assert hits["b"].score == pytest.approx(fn(pages_b), abs=1e-3), aggregate
+            assert hits["a"].part_scores == pytest.approx(pages_a, abs=1e-3)
+        # MaxP prefers a (2.0 > 1.71), SumP prefers b (1.71 + 1 > 2 - 1).
+        assert store.search(query, top_k=1, aggregate="max")[0].id == "a"
+        assert store.search(query, top_k=1, aggregate="sum")[0].id == "b"
+        with pytest.raises(ValueError, match="aggregate"):
+            store.search(query, aggregate="median")
+        with pytest.raises(ValueError, match="parts"):
+            store.add(["c"], [doc_a], [{}], parts=[[1, 1]])

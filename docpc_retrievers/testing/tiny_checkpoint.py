@@ -16,6 +16,10 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import Qwen2TokenizerFast
 
 __all__ = ["TINY_SPECIAL_TOKENS", "build_tiny_colqwen2", "main"]
 
@@ -48,7 +52,7 @@ _TRAINING_SENTENCES: tuple[str, ...] = (
 _VOCAB_SIZE = 400
 
 
-def _build_tokenizer() -> object:
+def _build_tokenizer() -> Qwen2TokenizerFast:
     """Train a byte-level BPE (vocab ~400) and wrap it in ``Qwen2TokenizerFast``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
