@@ -31,6 +31,8 @@ class UsageError(Exception):
     """Bad arguments found after parsing; reported like argparse's own errors (exit 2)."""
 
 
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -43,6 +45,13 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def _pages(text: str) -> int:
+    """K, or 0 for 'all' (every page; page mode only)."""
+    if text.lower() == "all":
+        return 0
+    return _positive_int(text)
 
 
 def _grid(text: str) -> tuple[int, int]:
@@ -79,8 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="index PDF files and folders (recursively)")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="PDF files or folders")
     _add_common(p)
+    p.add_argument("--mode", choices=("grid", "page"), help="grid (DocPC, default) or page (page-level baseline)")
     p.add_argument("--strategy", choices=STRATEGIES, help="page selection (new stores; default first)")
-    p.add_argument("--pages", type=_positive_int, help="K representative pages per document (default 4)")
+    p.add_argument(
+        "--pages",
+        type=_pages,
+        help="K representative pages per document (default 4; in page mode 'all' encodes every page)",
+    )
     p.add_argument("--grid", type=_grid, help="explicit grid shape ROWSxCOLS (default: from --pages)")
     p.add_argument("--seed", type=int, help="seed for the random and cluster strategies (default 0)")
     p.add_argument("--max-visual-tokens", type=_positive_int, help="visual tokens per grid (Qwen models)")
@@ -93,8 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.add_argument("--top-k", type=_non_negative_int, default=5, help="results to return (default 5)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
+    p.add_argument("--aggregate", choices=("max", "mean", "sum"), default="max", help="page mode: MaxP, AvgP or SumP")
+    p.add_argument("--rerank", action="store_true", help="grid-then-page: rescore the top documents page by page")
+    p.add_argument("--rerank-top-n", type=_positive_int, default=20, help="documents to rerank (default 20)")
+    p.add_argument("--page-budget", type=_positive_int, default=4, help="pages encoded per reranked document (default 4)")
+    p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
 
     p = sub.add_parser("info", help="what a store holds and how it was built")
+    _add_common(p, model=False)
+
+    p = sub.add_parser("clear-cache", help="delete the page embeddings cached for reranking")
     _add_common(p, model=False)
 
     p = sub.add_parser("delete", help="delete documents by id or source path")
@@ -140,8 +162,13 @@ def _encoder_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_index(args: argparse.Namespace) -> int:
     from .index import DocPCIndex, IndexSettings
 
-    given = {k: getattr(args, k) for k in ("strategy", "pages", "grid", "seed") if getattr(args, k) is not None}
-    settings = IndexSettings(**given) if given else None
+    given = {k: getattr(args, k) for k in ("mode", "strategy", "grid", "seed") if getattr(args, k) is not None}
+    if args.pages is not None:
+        given["pages"] = args.pages or None  # 0 stands for every page
+    try:
+        settings = IndexSettings(**given) if given else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     with DocPCIndex(
         args.store,
         model=args.model,
@@ -184,7 +211,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
         args.store, model=args.model, host=args.host, port=args.port, collection=args.collection,
         encoder_kwargs=_encoder_kwargs(args),
     ) as index:
-        results = index.search(args.query, args.top_k, filters=where)
+        results = index.search(
+            args.query,
+            args.top_k,
+            filters=where,
+            aggregate=args.aggregate,
+            rerank=args.rerank,
+            rerank_top_n=args.rerank_top_n,
+            page_budget=args.page_budget,
+            password=args.password,
+        )
     if args.json:
         _emit([r.to_dict() for r in results])
     else:
@@ -192,8 +228,14 @@ def _cmd_search(args: argparse.Namespace) -> int:
             print("no results")
         for r in results:
             pages = ",".join(str(p) for p in r.selected_pages)
-            print(f"{r.rank:3d}. {r.score:9.4f}  {r.title or '-'}  [{r.total_pages} pages; grid of {pages}]")
+            print(f"{r.rank:3d}. {r.score:9.4f}  {r.title or '-'}  [{r.total_pages} pages; indexed {pages}]")
             print(f"     {r.source}  id={r.id}")
+            if r.evidence_pages:
+                shown = ", ".join(
+                    f"p{e.page} {e.share:.0%}" if e.share is not None else f"p{e.page} {e.score:.3f}"
+                    for e in r.evidence_pages[:4]
+                )
+                print(f"     evidence: {shown}")
     return EXIT_OK
 
 
@@ -208,6 +250,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
         width = max(len(k) for k in info)
         for key, value in info.items():
             print(f"{key:<{width}}  {value}")
+    return EXIT_OK
+
+
+def _cmd_clear_cache(args: argparse.Namespace) -> int:
+    from .index import DocPCIndex
+
+    with DocPCIndex(args.store, host=args.host, port=args.port, collection=args.collection) as index:
+        removed = index.clear_page_cache()
+    if args.json:
+        _emit({"removed_pages": removed})
+    else:
+        print(f"removed {removed} cached page embedding(s)")
     return EXIT_OK
 
 
@@ -233,10 +287,11 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "search": _cmd_search,
     "info": _cmd_info,
     "delete": _cmd_delete,
+    "clear-cache": _cmd_clear_cache,
 }
 
 #: Modules that add more sub-commands: each has ``register(subparsers, add_common)``.
-_PLUGIN_COMMANDS: tuple[str, ...] = ()
+_PLUGIN_COMMANDS: tuple[str, ...] = (".cli_eval",)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .evidence import EvidencePage
+
 __all__ = ["IndexFailure", "IndexReport", "SearchResult"]
 
 
@@ -14,7 +16,10 @@ class SearchResult:
 
     ``selected_pages`` are 1-based page numbers, as people count pages;
     ``metadata`` holds everything else the store keeps (title, author,
-    layout, strategy, ...).
+    layout, strategy, ...). ``evidence_pages`` ranks the pages behind the
+    score: by share of the grid's MaxSim (grid mode), or by each page's own
+    score (page mode, and after reranking, when ``score`` is the fused score
+    and ``grid_score`` the score before it).
     """
 
     id: str
@@ -25,6 +30,9 @@ class SearchResult:
     total_pages: int | None
     selected_pages: list[int]
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+    evidence_pages: list[EvidencePage] = field(default_factory=list)
+    grid_score: float | None = None
+    reranked: bool = False
 
     @classmethod
     def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any]) -> SearchResult:
@@ -49,6 +57,8 @@ class SearchResult:
             "title": self.title,
             "pages": self.total_pages,
             "selected_pages": self.selected_pages,
+            "evidence_pages": [e.to_dict() for e in self.evidence_pages],
+            **({"grid_score": self.grid_score, "reranked": True} if self.reranked else {}),
         }
 
 
