@@ -179,11 +179,9 @@ class DocPCIndex:
         if settings is not None and recorded.get("index"):
             try:
                 self._store.check_settings(settings.to_dict(), section="index")
-            except ModelMismatchError as exc:
+            except ModelMismatchError:
                 self._store.close()
-                raise ModelMismatchError(
-                    f"{exc}. The store's page selection and grid are fixed when it is created."
-                ) from None
+                raise
         if settings is None:
             settings = IndexSettings.from_dict(recorded["index"]) if recorded.get("index") else IndexSettings()
         self.settings = settings
@@ -406,6 +404,9 @@ class DocPCIndex:
             else:
                 vectors.append(np.concatenate([e for e, _ in mine], axis=0))
                 parts.append([len(e) for e, _ in mine])
+        # Grid images first: a record must never exist without its image. An
+        # image left behind by a kill is harmless and rewritten by the re-run.
+        self._save_grids(batch)
         self._store.add(
             [p.doc_id for p in batch],
             vectors,
@@ -413,7 +414,6 @@ class DocPCIndex:
             texts=[p.text for p in batch],
             parts=parts,
         )
-        self._save_grids(batch)
         replaced = [old for p in batch for old in p.replaces]
         if replaced:
             self._store.delete(replaced)
@@ -757,12 +757,15 @@ class DocPCIndex:
         """Compose one PDF's grid the way the index does, without encoding or storing it.
 
         Returns ``(document id, grid, metadata, text of the selected pages)``;
-        the metadata has the same keys as stored documents, less ``model``.
+        the metadata has the same keys as stored documents, less ``model`` and
+        ``token_grid`` (both come from the encoder).
         Why: document loaders for users who keep their own vector store need
         the same grid and metadata as the index. Raises :class:`PDFLoadError`
         for a file that cannot be used.
         """
         s = settings or IndexSettings()
+        if s.mode != "grid" or s.pages is None:
+            raise ValueError("compose_pdf composes grids: it needs grid mode settings with a page count K")
         file_path = Path(path).expanduser().resolve()
         try:
             doc_id = document_id(file_path)

@@ -261,10 +261,12 @@ class MultiVectorStore:
         ]
         if diffs:
             what = f"{section} settings" if section else "settings"
-            raise ModelMismatchError(
-                f"store {self.path} was built with different {what} ({'; '.join(diffs)}); "
+            hint = (
                 "use the store's own model (omit --model) or index into a new store"
+                if section == "encoder"
+                else "these are fixed when a store is created; index into a new store to change them"
             )
+            raise ModelMismatchError(f"store {self.path} was built with different {what} ({'; '.join(diffs)}); {hint}")
 
     @_synchronized
     def set_settings(self, settings: Mapping[str, Any]) -> None:

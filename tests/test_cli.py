@@ -1,0 +1,478 @@
+"""Acceptance tests of the ``docpc`` command line, run as real subprocesses on the PDF corpus.
+
+One store is built per module with ``docpc index <corpus> --model TINY``; commands that
+change a store run on ``shutil.copytree`` copies in a temporary folder. Each ``docpc``
+process pays about 15 s of torch/colpali imports when it loads the model, so the
+independent commands of the acceptance list run side by side in one module fixture
+(``runs``) and each test checks its own part of the outcome; where a command's effect
+is checked rather than the command itself, the check uses the Python API in-process. The kill-and-rerun and
+second-writer cases run on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from e2e_helpers import (
+    CORPUS,
+    CORPUS_INDEXABLE,
+    ENCRYPTED,
+    ENCRYPTED_PASSWORD,
+    GEOTOPO,
+    MINIMAL,
+    ZERO_PAGES,
+    Run,
+    clear_chroma_cache,
+    copy_store,
+    docpc_command,
+    make_pdf,
+    needs_corpus,
+    run_docpc,
+    run_docpc_parallel,
+    subprocess_env,
+)
+
+from docpc_retrievers.encoders import ColPaliEncoder
+from docpc_retrievers.index import DocPCIndex
+from docpc_retrievers.locking import WriterLock
+from docpc_retrievers.sources import document_id
+from docpc_retrievers.testing import build_tiny_colqwen2
+
+pytestmark = [pytest.mark.slow, needs_corpus]
+
+RESULT_KEYS = {"id", "score", "source", "title", "pages", "selected_pages"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chroma() -> Iterator[None]:
+    clear_chroma_cache()
+    yield
+    clear_chroma_cache()
+
+
+@dataclass
+class CorpusStore:
+    path: Path
+    run: Run  # the acceptance run: docpc index <corpus> --store S --model TINY --json
+
+
+@pytest.fixture(scope="module")
+def corpus_store(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> CorpusStore:
+    store = tmp_path_factory.mktemp("cli_module") / "S"
+    run = run_docpc("index", CORPUS, "--store", store, "--model", tiny_checkpoint, "--json")
+    return CorpusStore(store, run)
+
+
+@pytest.fixture(scope="module")
+def other_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second tiny checkpoint (seed 1) in another folder; its model_id (the folder) differs."""
+    return build_tiny_colqwen2(tmp_path_factory.mktemp("cli_other_colqwen2") / "checkpoint", seed=1)
+
+
+@dataclass
+class Runs:
+    work: Path
+    stores: dict[str, Path]
+    new_pdf: Path
+    not_a_store: Path
+    missing_model: Path
+    results: dict[str, Run]
+
+    def __getitem__(self, name: str) -> Run:
+        return self.results[name]
+
+
+@pytest.fixture(scope="module")
+def runs(
+    corpus_store: CorpusStore,
+    tiny_checkpoint: Path,
+    other_checkpoint: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Runs:
+    """The independent acceptance commands, run in parallel: two phases (deletes, then everything else)."""
+    work = tmp_path_factory.mktemp("cli_runs")
+    main = corpus_store.path
+    names = ("rerun", "password", "delete_id", "delete_path", "strategy_change")
+    stores = {name: copy_store(main, work / "stores" / name) for name in names}
+    new_pdf = make_pdf(work / "new" / "brand-new.pdf", "a brand new document")
+    not_a_store = work / "not-a-store"
+    not_a_store.mkdir()
+    (not_a_store / "unrelated.txt").write_text("just a folder")
+    missing_model = work / "no-such-model"
+    relative_minimal = MINIMAL.relative_to(CORPUS)
+
+    results = run_docpc_parallel(
+        {
+            "delete_id": ("delete", document_id(GEOTOPO), "--store", stores["delete_id"], "--json"),
+            "delete_path": ("delete", relative_minimal, "--store", stores["delete_path"], "--json"),
+        },
+        work / "logs1",
+        cwd={"delete_path": CORPUS},
+    )
+    results |= run_docpc_parallel(
+        {
+            "rerun": ("index", CORPUS, "--store", stores["rerun"], "--model", tiny_checkpoint, "--json"),
+            "password": (
+                "index", CORPUS, "--store", stores["password"], "--model", tiny_checkpoint,
+                "--password", ENCRYPTED_PASSWORD, "--json",
+            ),
+            "search": ("search", "anything", "--store", main, "--top-k", "100", "--json"),
+            "search_top0": ("search", "anything", "--store", main, "--top-k", "0", "--json"),
+            "info": ("info", "--store", main, "--json"),
+            "info_after_delete": ("info", "--store", stores["delete_id"], "--json"),
+            "info_after_delete_path": ("info", "--store", stores["delete_path"], "--json"),
+            "not_a_store": ("search", "anything", "--store", not_a_store, "--json"),
+            "info_not_a_store": ("info", "--store", not_a_store),
+            "missing_model_search": ("search", "anything", "--store", main, "--model", missing_model),
+            "missing_model_index": ("index", new_pdf, "--store", work / "fresh", "--model", missing_model),
+            "other_model_search": ("search", "anything", "--store", main, "--model", other_checkpoint),
+            "strategy_change": ("index", new_pdf, "--store", stores["strategy_change"], "--strategy", "uniform"),
+        },
+        work / "logs2",
+    )
+    # Run after the parallel phase: it must find nothing left to delete.
+    results["delete_path_again"] = run_docpc(
+        "delete", relative_minimal, "--store", stores["delete_path"], cwd=CORPUS
+    )
+    return Runs(work, stores, new_pdf, not_a_store, missing_model, results)
+
+
+def _count(store: Path) -> int:
+    clear_chroma_cache()
+    with DocPCIndex(store) as index:
+        return len(index)
+
+
+def _assert_clean_error(run: Run, code: int) -> None:
+    assert run.returncode == code, run.describe()
+    assert "Traceback" not in run.stderr, run.describe()
+
+
+# --------------------------------------------------------------------------- docpc index
+
+
+def test_index_corpus_indexes_29_and_reports_2_failures(corpus_store: CorpusStore) -> None:
+    run = corpus_store.run
+    assert run.returncode == 3, run.describe()
+    report = run.json()
+    assert set(report) >= {"indexed", "skipped", "failed"}
+    assert report["indexed"] == CORPUS_INDEXABLE
+    assert report["skipped"] == 0
+    assert len(report["failed"]) == 2
+    failed = {Path(f["path"]): f["reason"] for f in report["failed"]}
+    assert set(failed) == {ENCRYPTED, ZERO_PAGES}
+    assert "password" in failed[ENCRYPTED].lower()
+    assert "zero pages" in failed[ZERO_PAGES].lower()
+    for path, reason in failed.items():
+        assert str(path) in reason
+    assert _count(corpus_store.path) == CORPUS_INDEXABLE
+
+
+def test_index_again_skips_all_29(runs: Runs) -> None:
+    run = runs["rerun"]
+    assert run.returncode == 3, run.describe()  # the two bad files still fail
+    report = run.json()
+    assert report["indexed"] == 0
+    assert report["skipped"] == CORPUS_INDEXABLE
+    assert {Path(f["path"]) for f in report["failed"]} == {ENCRYPTED, ZERO_PAGES}
+    assert _count(runs.stores["rerun"]) == CORPUS_INDEXABLE
+
+
+def test_index_with_password_adds_the_encrypted_file(runs: Runs) -> None:
+    run = runs["password"]
+    assert run.returncode == 3, run.describe()  # the zero-page file still fails
+    report = run.json()
+    assert report["indexed"] == 1
+    assert report["skipped"] == CORPUS_INDEXABLE
+    assert [Path(f["path"]) for f in report["failed"]] == [ZERO_PAGES]
+    clear_chroma_cache()
+    with DocPCIndex(runs.stores["password"]) as index:
+        assert len(index) == CORPUS_INDEXABLE + 1
+        [doc] = index.get([document_id(ENCRYPTED)])
+        assert doc.source == str(ENCRYPTED)
+
+
+# --------------------------------------------------------------------------- docpc search
+
+
+def test_search_json_is_a_ranked_list_of_documents(
+    runs: Runs, corpus_store: CorpusStore, tiny_encoder: ColPaliEncoder
+) -> None:
+    run = runs["search"]
+    assert run.returncode == 0, run.describe()
+    results = run.json()
+    assert isinstance(results, list)
+    assert len(results) == CORPUS_INDEXABLE
+    for r in results:
+        assert set(r) >= RESULT_KEYS, r
+        assert isinstance(r["score"], float)
+        assert isinstance(r["pages"], int) and r["pages"] >= 1
+        assert r["selected_pages"] and all(1 <= p <= r["pages"] for p in r["selected_pages"])
+        assert Path(r["source"]).is_relative_to(CORPUS)
+    scores = [r["score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    assert len({r["id"] for r in results}) == len(results)
+    # The same ranking as the Python API on the same store and model.
+    with DocPCIndex(corpus_store.path, encoder=tiny_encoder) as index:
+        expected = {r.id: r for r in index.search("anything", top_k=100)}
+    assert {r["id"] for r in results} == set(expected)
+    for r in results:
+        e = expected[r["id"]]
+        assert r["score"] == pytest.approx(e.score, abs=1e-3)
+        assert (r["source"], r["title"], r["pages"], r["selected_pages"]) == (
+            e.source, e.title, e.total_pages, e.selected_pages,
+        )
+    geotopo = next(r for r in results if r["source"] == str(GEOTOPO))
+    assert (geotopo["pages"], geotopo["selected_pages"], geotopo["title"]) == (117, [1, 2, 3, 4], "Geometrie und Topologie")
+
+
+def test_search_top_k_0_is_empty(runs: Runs) -> None:
+    zero = runs["search_top0"]
+    assert zero.returncode == 0, zero.describe()
+    assert zero.json() == []
+
+
+# --------------------------------------------------------------------------- docpc delete / info
+
+
+def test_delete_by_id_removes_it_from_results_and_info(runs: Runs, tiny_encoder: ColPaliEncoder) -> None:
+    gone = document_id(GEOTOPO)
+    run = runs["delete_id"]
+    assert run.returncode == 0, run.describe()
+    assert run.json() == {"deleted": 1, "ids": [gone]}
+    assert gone in {r["id"] for r in runs["search"].json()}
+    clear_chroma_cache()
+    with DocPCIndex(runs.stores["delete_id"], encoder=tiny_encoder) as index:
+        ids = [r.id for r in index.search("anything", top_k=100)]
+        assert index.get([gone]) == []
+    assert len(ids) == CORPUS_INDEXABLE - 1
+    assert gone not in ids
+    info = runs["info_after_delete"]
+    assert info.returncode == 0, info.describe()
+    assert info.json()["documents"] == runs["info"].json()["documents"] - 1 == CORPUS_INDEXABLE - 1
+    assert info.json()["vectors"] < runs["info"].json()["vectors"]
+
+
+def test_delete_by_source_path(runs: Runs) -> None:
+    run = runs["delete_path"]
+    assert run.returncode == 0, run.describe()
+    assert run.json() == {"deleted": 1, "ids": [document_id(MINIMAL)]}
+    info = runs["info_after_delete_path"]
+    assert info.returncode == 0, info.describe()
+    assert info.json()["documents"] == CORPUS_INDEXABLE - 1
+    clear_chroma_cache()
+    with DocPCIndex(runs.stores["delete_path"]) as index:
+        assert index.get([document_id(MINIMAL)]) == []
+        assert str(MINIMAL) not in {d.source for d in index.get(index.store.ids())}
+    again = runs["delete_path_again"]
+    _assert_clean_error(again, 1)
+    assert "no stored document matches" in again.stderr
+
+
+def test_info_json_fields(runs: Runs, corpus_store: CorpusStore, tiny_checkpoint: Path) -> None:
+    run = runs["info"]
+    assert run.returncode == 0, run.describe()
+    info = run.json()
+    assert set(info) >= {"documents", "vectors", "bytes_on_disk", "model", "strategy", "grid"}
+    assert info["documents"] == CORPUS_INDEXABLE
+    assert info["model"] == str(tiny_checkpoint.resolve())
+    assert info["strategy"] == "first"
+    assert info["grid"] == "2x2"
+    assert info["pages"] == 4
+    with DocPCIndex(corpus_store.path) as index:
+        assert info["vectors"] == sum(d.n_vectors for d in index.store.get())
+    assert info["vectors"] > info["documents"]
+    assert info["bytes_on_disk"] >= 2 * info["vectors"] * info["dim"]  # at least the fp16 vectors
+
+
+# --------------------------------------------------------------------------- fatal errors (exit 1)
+
+
+def test_search_on_a_directory_that_is_not_a_store_exits_1(runs: Runs) -> None:
+    for name in ("not_a_store", "info_not_a_store"):
+        run = runs[name]
+        _assert_clean_error(run, 1)
+        assert "no docpc store" in run.stderr
+        assert str(runs.not_a_store) in run.stderr
+    assert sorted(p.name for p in runs.not_a_store.iterdir()) == ["unrelated.txt"]  # nothing created there
+
+
+def test_model_that_does_not_exist_exits_1_naming_it(runs: Runs) -> None:
+    for name in ("missing_model_search", "missing_model_index"):
+        run = runs[name]
+        _assert_clean_error(run, 1)
+        assert str(runs.missing_model) in run.stderr
+
+
+def test_search_with_a_different_model_than_the_store_exits_1(runs: Runs, other_checkpoint: Path) -> None:
+    run = runs["other_model_search"]
+    _assert_clean_error(run, 1)
+    assert "model" in run.stderr.lower()
+    assert str(other_checkpoint.resolve()) in run.stderr
+    assert run.stdout.strip() == ""
+
+
+def test_index_with_a_different_strategy_exits_1(runs: Runs) -> None:
+    run = runs["strategy_change"]
+    _assert_clean_error(run, 1)
+    assert "strategy" in run.stderr
+    assert _count(runs.stores["strategy_change"]) == CORPUS_INDEXABLE
+
+
+# --------------------------------------------------------------------------- usage errors (exit 2)
+
+
+USAGE_ERRORS = {
+    "unknown strategy": ["index", "<pdf>", "--store", "<store>", "--strategy", "bogus"],
+    "index without --store": ["index", "<pdf>"],
+    "search without --store": ["search", "anything"],
+    "info without --store": ["info"],
+    "grid not ROWSxCOLS": ["index", "<pdf>", "--store", "<store>", "--grid", "2by2"],
+    "grid with a zero": ["index", "<pdf>", "--store", "<store>", "--grid", "0x3"],
+    "grid smaller than the default K=4": ["index", "<pdf>", "--store", "<store>", "--grid", "1x1"],
+    "grid smaller than --pages": ["index", "<pdf>", "--store", "<store>", "--pages", "9", "--grid", "2x2"],
+    "pages 0": ["index", "<pdf>", "--store", "<store>", "--pages", "0"],
+    "negative top-k": ["search", "anything", "--store", "<store>", "--top-k", "-1"],
+    "empty query": ["search", "  ", "--store", "<store>"],
+    "where not JSON": ["search", "anything", "--store", "<store>", "--where", "{nope"],
+    "no command": [],
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_ERRORS))
+def test_usage_errors_exit_2(case: str, tmp_path: Path) -> None:
+    pdf = make_pdf(tmp_path / "doc.pdf", "usage")
+    store = tmp_path / "S"
+    args = [a.replace("<pdf>", str(pdf)).replace("<store>", str(store)) for a in USAGE_ERRORS[case]]
+    run = run_docpc(*args, timeout=120)
+    _assert_clean_error(run, 2)
+    assert "usage:" in run.stderr
+    assert not store.exists()  # refused before anything was created
+
+
+# --------------------------------------------------------------------------- kill and re-run
+
+
+def test_killed_index_run_keeps_commits_and_rerun_completes_without_duplicates(
+    tmp_path: Path, tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    files = [make_pdf(tmp_path / "pdfs" / f"doc{i:02d}.pdf", f"kill test document {i}", 1 + i % 3) for i in range(12)]
+    expected = sorted(document_id(f) for f in files)
+    assert len(set(expected)) == len(files)
+    store = tmp_path / "S"
+    args = ["index", tmp_path / "pdfs", "--store", store, "--model", tiny_checkpoint, "--commit-every", "1", "--json"]
+
+    argv = docpc_command() + [os.fspath(a) for a in args]
+    log = tmp_path / "killed.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, env=subprocess_env(), stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        # With --commit-every 1, a document's grid PNG is written just before its records are
+        # committed, and the next document's only after that commit: two PNGs mean >= 1 commit.
+        deadline = time.monotonic() + 300
+        grids = store / "grids"
+        while proc.poll() is None and time.monotonic() < deadline:
+            if grids.is_dir() and len(list(grids.glob("*.png"))) >= 2:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, f"indexing ended before it could be killed:\n{log.read_text()}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+    # The killed run left no lock behind, and the store opens with what was committed. (Opened in
+    # a subprocess: a store damaged by the kill could crash the process that opens it.)
+    lock = WriterLock(store)
+    lock.acquire()
+    lock.release()
+    info = run_docpc("info", "--store", store, "--json")
+    assert info.returncode == 0, info.describe()
+    committed = info.json()["documents"]
+    assert 1 <= committed < len(files), info.describe()
+
+    rerun = run_docpc(*args)
+    assert rerun.returncode == 0, rerun.describe()
+    report = rerun.json()
+    assert report["failed"] == []
+    assert report["skipped"] == committed
+    assert report["indexed"] + committed == len(files)
+
+    clear_chroma_cache()
+    final = copy_store(store, tmp_path / "final")
+    with DocPCIndex(final, encoder=tiny_encoder) as index:
+        assert len(index) == len(files)
+        assert sorted(index.store.ids()) == expected
+        docs = index.get(index.store.ids())
+        assert sorted(d.source for d in docs) == sorted(str(f.resolve()) for f in files)
+        assert sorted(r.id for r in index.search("anything", top_k=100)) == expected
+
+
+# --------------------------------------------------------------------------- second writer
+
+_HOLDER = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    from docpc_retrievers.index import DocPCIndex
+
+    index = DocPCIndex(sys.argv[1], writable=True)
+    pathlib.Path(sys.argv[2]).write_text("ready")
+    time.sleep(600)
+    """
+)
+
+
+def test_second_writer_gets_a_clear_error_and_the_store_stays_intact(
+    corpus_store: CorpusStore, tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder, tmp_path: Path
+) -> None:
+    store = copy_store(corpus_store.path, tmp_path / "S")
+    new_pdf = make_pdf(tmp_path / "new" / "second-writer.pdf", "written while locked")
+    ready = tmp_path / "holder-ready"
+    holder_log = tmp_path / "holder.log"
+    with holder_log.open("wb") as fh:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, os.fspath(store), os.fspath(ready)],
+            env=subprocess_env(), stdout=fh, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while not ready.exists() and holder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), f"the holder process did not open the store:\n{holder_log.read_text()}"
+        results = run_docpc_parallel(
+            {
+                "index": ("index", new_pdf, "--store", store, "--model", tiny_checkpoint, "--json"),
+                "delete": ("delete", document_id(GEOTOPO), "--store", store),
+            },
+            tmp_path / "logs",
+        )
+        assert holder.poll() is None, "the holder died before the second writer ran"
+    finally:
+        holder.kill()
+        holder.wait()
+    for run in results.values():
+        _assert_clean_error(run, 1)
+        assert "being written by" in run.stderr
+        assert f"pid {holder.pid}" in run.stderr
+        assert run.stdout.strip() == ""
+
+    with DocPCIndex(store, encoder=tiny_encoder) as index:
+        assert len(index) == CORPUS_INDEXABLE
+        ids = {r.id for r in index.search("anything", top_k=100)}
+        assert len(ids) == CORPUS_INDEXABLE
+        assert document_id(GEOTOPO) in ids
+        assert document_id(new_pdf) not in ids
+    with DocPCIndex(store, writable=True) as index:  # the holder's death released the lock
+        assert len(index) == CORPUS_INDEXABLE

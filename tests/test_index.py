@@ -1,0 +1,546 @@
+"""End-to-end tests of the index engine (DocPCIndex): real PDFs, the tiny random ColQwen2, a real store.
+
+One store is built per module from a few corpus PDFs (plus the encrypted and the
+zero-page file, which must fail on their own); tests that change a store work on a
+``shutil.copytree`` copy in tmp_path. Scores come from random weights: tests check
+plumbing, persistence, bookkeeping and ranking logic, never retrieval quality.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from e2e_helpers import (
+    ANNOTATED,
+    ENCRYPTED,
+    ENCRYPTED_PASSWORD,
+    FOUR_PAGES,
+    GEOTOPO,
+    GOOGLE_DOC,
+    IMAGEMAGICK,
+    MINIMAL,
+    MULTICOLUMN,
+    ROTATED,
+    ZERO_PAGES,
+    clear_chroma_cache,
+    copy_store,
+    make_pdf,
+    needs_corpus,
+)
+
+from docpc_retrievers.composition import GridLayout
+from docpc_retrievers.encoders import ColPaliEncoder
+from docpc_retrievers.errors import ModelMismatchError, StoreError, StoreLockedError
+from docpc_retrievers.index import DocPCIndex, IndexSettings
+from docpc_retrievers.results import IndexReport, SearchResult
+from docpc_retrievers.sources import document_id
+from docpc_retrievers.store import MultiVectorStore
+from docpc_retrievers.testing import build_tiny_colqwen2
+
+pytestmark = [pytest.mark.slow, needs_corpus]
+
+#: The documents of the module store: (path, total pages, title as indexed or None).
+GOOD = {
+    MINIMAL: 1,
+    FOUR_PAGES: 4,
+    IMAGEMAGICK: 6,
+    GEOTOPO: 117,
+    GOOGLE_DOC: 1,
+    ROTATED: 4,
+    ANNOTATED: 1,
+    MULTICOLUMN: 3,
+}
+BAD = (ENCRYPTED, ZERO_PAGES)
+QUERIES = ("anything", "Table 1: results on the benchmark")
+
+
+@dataclass
+class BuiltStore:
+    path: Path
+    report: IndexReport
+    results: dict[str, list[SearchResult]]  # query -> top-100 results right after building
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chroma() -> Iterator[None]:
+    """Every test opens stores from disk, not from a Chroma system cached by an earlier test."""
+    clear_chroma_cache()
+    yield
+    clear_chroma_cache()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, tiny_encoder: ColPaliEncoder) -> BuiltStore:
+    path = tmp_path_factory.mktemp("index_module") / "store"
+    clear_chroma_cache()
+    index = DocPCIndex.from_pdfs([*GOOD, *BAD], path, encoder=tiny_encoder)
+    try:
+        results = {q: index.search(q, top_k=100) for q in QUERIES}
+        report = index.last_report
+    finally:
+        index.close()
+    return BuiltStore(path, report, results)
+
+
+@pytest.fixture
+def store_copy(built: BuiltStore, tmp_path: Path) -> Path:
+    return copy_store(built.path, tmp_path / "store")
+
+
+@pytest.fixture(scope="module")
+def other_encoder(tmp_path_factory: pytest.TempPathFactory) -> ColPaliEncoder:
+    """A second tiny checkpoint (seed 1) in another folder: a different model as far as stores go."""
+    folder = build_tiny_colqwen2(tmp_path_factory.mktemp("other_colqwen2") / "checkpoint", seed=1)
+    return ColPaliEncoder(folder, device="cpu", dtype="float32")
+
+
+def _ids(results: list[SearchResult]) -> list[str]:
+    return [r.id for r in results]
+
+
+def _by_name(index: DocPCIndex) -> dict[str, SearchResult]:
+    docs = index.get(index.store.ids())
+    return {Path(d.source).name: d for d in docs}
+
+
+# --------------------------------------------------------------------------- building and reopening
+
+
+def test_from_pdfs_indexes_good_files_and_reports_each_failure(built: BuiltStore) -> None:
+    report = built.report
+    assert sorted(report.indexed) == sorted(document_id(p) for p in GOOD)
+    assert report.skipped == []
+    failed = {Path(f.path): f for f in report.failed}
+    assert set(failed) == set(BAD)
+    assert failed[ENCRYPTED].kind == "encrypted"
+    assert "password" in failed[ENCRYPTED].reason.lower()
+    assert failed[ZERO_PAGES].kind == "empty"
+    for path, failure in failed.items():
+        assert str(path) in failure.reason
+    with DocPCIndex(built.path) as index:
+        assert len(index) == len(GOOD)
+        assert {Path(d.source) for d in index.get(index.store.ids())} == set(GOOD)
+
+
+def test_reopen_from_directory_gives_identical_results(
+    built: BuiltStore, tiny_encoder: ColPaliEncoder, tmp_path: Path
+) -> None:
+    # The same directory, opened again from disk ...
+    with DocPCIndex(built.path, encoder=tiny_encoder) as index:
+        again = {q: index.search(q, top_k=100) for q in QUERIES}
+    # ... and a copy at a path this process never opened.
+    clear_chroma_cache()
+    moved = copy_store(built.path, tmp_path / "moved")
+    with DocPCIndex(moved, encoder=tiny_encoder) as index:
+        copied = {q: index.search(q, top_k=100) for q in QUERIES}
+    for q in QUERIES:
+        original = [(r.id, r.score) for r in built.results[q]]
+        assert len(original) == len(GOOD)
+        assert [(r.id, r.score) for r in again[q]] == original
+        assert [(r.id, r.score) for r in copied[q]] == original
+
+
+def test_reopened_index_uses_the_recorded_model_and_settings(built: BuiltStore, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex(built.path) as index:
+        assert index.model == tiny_encoder.model_id
+        assert index.settings.to_dict() == IndexSettings().to_dict()
+        recorded = index.store.settings
+        assert recorded["encoder"] == tiny_encoder.settings()
+        assert recorded["index"] == IndexSettings().to_dict()
+        info = index.info()
+    assert info["documents"] == len(GOOD)
+    assert info["model"] == tiny_encoder.model_id
+    assert info["strategy"] == "first"
+    assert info["pages"] == 4
+    assert info["grid"] == "2x2"
+    assert info["dim"] == tiny_encoder.dim
+    assert info["vectors"] > len(GOOD)
+    assert info["bytes_on_disk"] > 0
+
+
+# --------------------------------------------------------------------------- re-adding files
+
+
+def test_unchanged_files_are_skipped(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex(store_copy, encoder=tiny_encoder, writable=True) as index:
+        generation = json.loads((store_copy / "store.json").read_text())["generation"]
+        report = index.add_pdfs([*GOOD, *BAD])
+        assert report.indexed == []
+        assert sorted(report.skipped) == sorted(document_id(p) for p in GOOD)
+        assert {Path(f.path) for f in report.failed} == set(BAD)
+        assert len(index) == len(GOOD)
+    assert json.loads((store_copy / "store.json").read_text())["generation"] == generation
+
+
+def test_renamed_copy_is_skipped_as_duplicate(store_copy: Path, tiny_encoder: ColPaliEncoder, tmp_path: Path) -> None:
+    renamed = tmp_path / "elsewhere" / "a completely different name.pdf"
+    renamed.parent.mkdir()
+    shutil.copyfile(FOUR_PAGES, renamed)
+    with DocPCIndex(store_copy, encoder=tiny_encoder, writable=True) as index:
+        report = index.add_pdfs([renamed])
+        assert report.indexed == []
+        assert report.skipped == [document_id(FOUR_PAGES)]
+        assert report.failed == []
+        assert len(index) == len(GOOD)
+        [doc] = index.get([document_id(FOUR_PAGES)])
+        assert doc.source == str(FOUR_PAGES)
+
+
+def test_two_copies_in_one_run_are_indexed_once(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    a = make_pdf(tmp_path / "in" / "a.pdf", "twins")
+    b = tmp_path / "in" / "b.pdf"
+    shutil.copyfile(a, b)
+    with DocPCIndex.from_pdfs([tmp_path / "in"], tmp_path / "store", encoder=tiny_encoder) as index:
+        report = index.last_report
+        assert report.indexed == [document_id(a)]
+        assert report.skipped == [document_id(a)]
+        assert len(index) == 1
+
+
+def test_changed_file_replaces_its_old_record(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    doc = make_pdf(tmp_path / "docs" / "report.pdf", "first version", n_pages=2)
+    old_id = document_id(doc)
+    with DocPCIndex.from_pdfs([doc], tmp_path / "store", encoder=tiny_encoder) as index:
+        assert index.last_report.indexed == [old_id]
+        assert index.grid_image(old_id).size == (1024, 1324)
+    clear_chroma_cache()
+
+    make_pdf(doc, "second version, now longer", n_pages=5)  # same path, new bytes
+    new_id = document_id(doc)
+    assert new_id != old_id
+    with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
+        report = index.add_pdfs([doc])
+        assert report.indexed == [new_id]
+        assert report.replaced == [old_id]
+        assert len(index) == 1
+        assert index.get([old_id]) == []
+        [stored] = index.get([new_id])
+        assert stored.source == str(doc.resolve())
+        assert stored.total_pages == 5
+        assert stored.title == "second version, now longer"
+        with pytest.raises(KeyError):
+            index.grid_image(old_id)
+        assert _ids(index.search("anything", top_k=10)) == [new_id]
+    clear_chroma_cache()
+    with DocPCIndex(tmp_path / "store") as index:  # the replacement is durable
+        assert index.store.ids() == [new_id]
+
+
+def test_changed_file_whose_new_content_is_already_indexed_drops_its_old_record(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    """A file edited so that its bytes equal another indexed file must not keep its stale old record.
+
+    After re-adding, the store must not claim that ``doc.pdf`` holds content it no longer has.
+    """
+    other = make_pdf(tmp_path / "docs" / "other.pdf", "shared content")
+    doc = make_pdf(tmp_path / "docs" / "doc.pdf", "old content of doc")
+    old_id = document_id(doc)
+    with DocPCIndex.from_pdfs([other, doc], tmp_path / "store", encoder=tiny_encoder) as index:
+        assert len(index) == 2
+    clear_chroma_cache()
+
+    shutil.copyfile(other, doc)  # doc.pdf now has exactly other.pdf's bytes
+    with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
+        index.add_pdfs([doc])
+        sources_of_old = [d.source for d in index.get([old_id])]
+        assert sources_of_old == [], f"stale record {old_id} still claims {sources_of_old}"
+        assert len(index) == 1
+
+
+def test_folders_recurse(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    root = tmp_path / "library"
+    top = make_pdf(root / "TOP.PDF", "upper-case suffix")
+    deep = make_pdf(root / "a" / "b" / "c" / "deep.pdf", "three folders down")
+    (root / "a" / "notes.txt").write_text("not a pdf")
+    (root / "a" / "b" / "image.pdf.png").write_bytes(b"\x89PNG\r\n")
+    with DocPCIndex.from_pdfs([root], tmp_path / "store", encoder=tiny_encoder) as index:
+        report = index.last_report
+        assert report.failed == []
+        assert sorted(report.indexed) == sorted([document_id(top), document_id(deep)])
+        assert {d.source for d in index.get(index.store.ids())} == {str(top.resolve()), str(deep.resolve())}
+
+
+def test_each_bad_file_fails_on_its_own_and_the_rest_are_indexed(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    good1 = make_pdf(tmp_path / "in" / "good1.pdf", "good one")
+    missing = tmp_path / "in" / "missing.pdf"
+    corrupt = tmp_path / "in" / "corrupt.pdf"
+    corrupt.write_bytes(b"this is plain text, not a PDF at all\n" * 50)
+    empty = tmp_path / "in" / "empty.pdf"
+    empty.write_bytes(b"")
+    good2 = make_pdf(tmp_path / "in" / "good2.pdf", "good two")
+    paths = [missing, good1, corrupt, empty, good2]
+    with DocPCIndex.from_pdfs(paths, tmp_path / "store", encoder=tiny_encoder) as index:
+        report = index.last_report
+        assert sorted(report.indexed) == sorted([document_id(good1), document_id(good2)])
+        assert len(index) == 2
+    failed = {Path(f.path).name: f for f in report.failed}
+    assert set(failed) == {"missing.pdf", "corrupt.pdf", "empty.pdf"}
+    assert failed["missing.pdf"].kind == "not_found"
+    assert failed["corrupt.pdf"].kind == "not_pdf"
+    assert failed["empty.pdf"].kind == "corrupt"
+    assert "0 bytes" in failed["empty.pdf"].reason
+    for name, failure in failed.items():
+        assert name in failure.reason, failure
+        assert Path(failure.path).resolve() == (tmp_path / "in" / name).resolve()
+
+
+def test_wrong_and_right_password(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex.from_pdfs([ENCRYPTED], tmp_path / "s1", encoder=tiny_encoder, password="wrong") as index:
+        [failure] = index.last_report.failed
+        assert failure.kind == "wrong_password"
+        assert "password" in failure.reason
+        assert len(index) == 0
+    with DocPCIndex.from_pdfs(
+        [ENCRYPTED], tmp_path / "s2", encoder=tiny_encoder, password=ENCRYPTED_PASSWORD
+    ) as index:
+        assert index.last_report.indexed == [document_id(ENCRYPTED)]
+        [doc] = index.get([document_id(ENCRYPTED)])
+        assert doc.total_pages >= 1
+
+
+# --------------------------------------------------------------------------- search
+
+
+def test_filters_restrict_results(built: BuiltStore, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex(built.path, encoder=tiny_encoder) as index:
+        only = index.search("anything", top_k=10, filters={"file_name": FOUR_PAGES.name})
+        assert [r.source for r in only] == [str(FOUR_PAGES)]
+        long_docs = index.search("anything", top_k=100, filters={"total_pages": {"$gte": 4}})
+        assert {Path(r.source) for r in long_docs} == {p for p, n in GOOD.items() if n >= 4}
+        assert all(r.total_pages >= 4 for r in long_docs)
+        assert index.search("anything", top_k=10, filters={"file_name": "no-such-file.pdf"}) == []
+        # A filtered search ranks like the unfiltered one restricted to the matches.
+        full = [r.id for r in index.search("anything", top_k=100) if r.total_pages >= 4]
+        assert [r.id for r in long_docs] == full
+
+
+def test_top_k_zero_large_and_negative(built: BuiltStore, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex(built.path, encoder=tiny_encoder) as index:
+        assert index.search("anything", top_k=0) == []
+        everything = index.search("anything", top_k=1000)
+        assert sorted(_ids(everything)) == sorted(document_id(p) for p in GOOD)
+        scores = [r.score for r in everything]
+        assert scores == sorted(scores, reverse=True)
+        assert [r.rank for r in everything] == list(range(1, len(GOOD) + 1))
+        assert _ids(index.search("anything", top_k=3)) == _ids(everything)[:3]
+        with pytest.raises(ValueError):
+            index.search("anything", top_k=-1)
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_empty_query_is_refused(built: BuiltStore, tiny_encoder: ColPaliEncoder, query: str) -> None:
+    with DocPCIndex(built.path, encoder=tiny_encoder) as index:
+        with pytest.raises(ValueError, match="query"):
+            index.search(query)
+
+
+# --------------------------------------------------------------------------- metadata and grids
+
+
+def test_metadata_pages_title_and_layout(built: BuiltStore) -> None:
+    with DocPCIndex(built.path) as index:
+        docs = _by_name(index)
+        assert set(docs) == {p.name for p in GOOD}
+        for path, total in GOOD.items():
+            doc = docs[path.name]
+            assert doc.total_pages == total
+            assert doc.selected_pages == list(range(1, min(total, 4) + 1))  # strategy "first", K=4, 1-based
+            layout = index.grid_layout(doc.id)
+            assert (layout.rows, layout.cols) == (2, 2)
+            assert layout.page_indices == [p - 1 for p in doc.selected_pages]
+            stored = json.loads(doc.metadata["layout"])
+            assert GridLayout.from_dict(stored).to_dict() == stored
+            assert layout.to_dict() == stored
+            image = index.grid_image(doc.id)
+            assert image.size == (layout.width, layout.height)
+            assert image.size == (2 * layout.cell_width, 2 * layout.cell_height)
+            assert doc.metadata["strategy"] == "first"
+            assert doc.metadata["model"] == index.model
+        assert docs[GEOTOPO.name].title == "Geometrie und Topologie"
+        assert docs[GOOGLE_DOC.name].title == "PDF Example Document"
+        assert docs[MINIMAL.name].title == MINIMAL.name  # no title in the file: its name stands in
+        with pytest.raises(KeyError):
+            index.grid_layout("0" * 32)
+        with pytest.raises(KeyError):
+            index.grid_image("0" * 32)
+
+
+def test_other_strategy_is_recorded_and_used(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    settings = IndexSettings(strategy="boundary", pages=2, grid=(1, 2))
+    with DocPCIndex.from_pdfs([GEOTOPO], tmp_path / "store", encoder=tiny_encoder, settings=settings) as index:
+        [doc] = index.get([document_id(GEOTOPO)])
+        assert doc.selected_pages == [1, 117]
+        layout = index.grid_layout(doc.id)
+        assert (layout.rows, layout.cols) == (1, 2)
+        assert layout.page_indices == [0, 116]
+        assert index.grid_image(doc.id).size == (layout.width, layout.height)
+    clear_chroma_cache()
+    with DocPCIndex(tmp_path / "store") as index:
+        assert index.settings == settings
+        assert index.info()["grid"] == "1x2"
+        assert index.info()["strategy"] == "boundary"
+
+
+# --------------------------------------------------------------------------- settings and models
+
+
+def test_different_strategy_on_existing_store_raises(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:
+    with pytest.raises(ModelMismatchError, match="strategy"):
+        DocPCIndex(store_copy, settings=IndexSettings(strategy="uniform"), writable=True, encoder=tiny_encoder)
+    with pytest.raises(ModelMismatchError, match="pages"):
+        DocPCIndex(store_copy, settings=IndexSettings(pages=9), writable=True, encoder=tiny_encoder)
+    # The failed opens released the writer lock; the recorded settings are unchanged.
+    with DocPCIndex(store_copy, settings=IndexSettings(), writable=True, encoder=tiny_encoder) as index:
+        assert index.settings.to_dict() == IndexSettings().to_dict()
+        assert len(index) == len(GOOD)
+
+
+def test_different_model_on_existing_store_raises(
+    store_copy: Path, tiny_encoder: ColPaliEncoder, other_encoder: ColPaliEncoder
+) -> None:
+    assert other_encoder.model_id != tiny_encoder.model_id
+    assert other_encoder.settings() != tiny_encoder.settings()
+    with pytest.raises(ModelMismatchError, match="model"):
+        DocPCIndex(store_copy, encoder=other_encoder)
+    with DocPCIndex(store_copy, model=other_encoder.model_id) as index:  # the encoder loads lazily
+        with pytest.raises(ModelMismatchError, match="model"):
+            index.search("anything")
+    with pytest.raises(ModelMismatchError):
+        DocPCIndex(store_copy, encoder=other_encoder, writable=True)
+    with DocPCIndex(store_copy, writable=True) as index:  # lock released, nothing written
+        assert len(index) == len(GOOD)
+
+
+# --------------------------------------------------------------------------- delete, read-only, one writer
+
+
+def test_delete_by_id_and_by_source_path(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:
+    geo, minimal = document_id(GEOTOPO), document_id(MINIMAL)
+    with DocPCIndex(store_copy, encoder=tiny_encoder, writable=True) as index:
+        assert index.delete([geo]) == 1
+        assert index.delete([str(MINIMAL)]) == 1
+        assert index.delete(["0" * 32, str(MINIMAL)]) == 0
+        assert len(index) == len(GOOD) - 2
+        remaining = _ids(index.search("anything", top_k=100))
+        assert len(remaining) == len(GOOD) - 2
+        assert geo not in remaining and minimal not in remaining
+        for gone in (geo, minimal):
+            with pytest.raises(KeyError):
+                index.grid_image(gone)
+    clear_chroma_cache()
+    with DocPCIndex(store_copy, encoder=tiny_encoder) as index:
+        assert len(index) == len(GOOD) - 2
+        assert index.get([geo, minimal]) == []
+
+
+def test_read_only_index_cannot_add_or_delete(store_copy: Path, tiny_encoder: ColPaliEncoder, tmp_path: Path) -> None:
+    new = make_pdf(tmp_path / "new.pdf", "never indexed")
+    with DocPCIndex(store_copy, encoder=tiny_encoder) as index:
+        with pytest.raises(StoreError):
+            index.add_pdfs([new])
+        with pytest.raises(StoreError):
+            index.delete([document_id(GEOTOPO)])
+        assert len(index) == len(GOOD)
+    clear_chroma_cache()
+    with DocPCIndex(store_copy) as index:
+        assert len(index) == len(GOOD)
+        assert index.get([document_id(new)]) == []
+        assert index.get([document_id(GEOTOPO)]) != []
+
+
+def test_opening_a_directory_that_is_not_a_store_fails(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no docpc store"):
+        DocPCIndex(tmp_path)
+    with pytest.raises(StoreError):
+        DocPCIndex(tmp_path / "does-not-exist")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_second_writer_in_the_same_process_is_refused(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex(store_copy, encoder=tiny_encoder, writable=True):
+        with pytest.raises(StoreLockedError, match="being written by"):
+            DocPCIndex(store_copy, writable=True)
+        with pytest.raises(StoreLockedError):
+            MultiVectorStore(store_copy, writable=True)
+        with DocPCIndex(store_copy, encoder=tiny_encoder) as reader:  # readers are not blocked
+            assert len(reader.search("anything", top_k=100)) == len(GOOD)
+    with DocPCIndex(store_copy, writable=True) as index:
+        assert len(index) == len(GOOD)
+
+
+# --------------------------------------------------------------------------- interrupted runs
+
+
+def test_interrupt_after_records_before_grid_images_is_completed_by_rerun(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or a kill) while a batch's grid PNGs are written; re-running must complete it.
+
+    After the re-run every stored document must have its grid image.
+    """
+    files = [make_pdf(tmp_path / "in" / f"doc{i}.pdf", f"interrupted {i}") for i in range(3)]
+    original = DocPCIndex._save_grids
+
+    def interrupted(self: DocPCIndex, batch: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DocPCIndex, "_save_grids", interrupted)
+    index = DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            index.add_pdfs(files, batch_size=1)
+    finally:
+        index.close()
+    monkeypatch.setattr(DocPCIndex, "_save_grids", original)
+    clear_chroma_cache()
+
+    with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
+        report = index.add_pdfs(files, batch_size=1)
+        assert len(report.indexed) + len(report.skipped) == len(files)
+        assert sorted(index.store.ids()) == sorted(document_id(f) for f in files)
+        missing = []
+        for doc_id in index.store.ids():
+            try:
+                index.grid_image(doc_id)
+            except KeyError:
+                missing.append(doc_id)
+        assert missing == [], f"documents without a grid image after the re-run: {missing}"
+
+
+def test_interrupt_between_new_version_and_old_version_removal_leaves_no_duplicate(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or a kill) after a changed file's new record is committed, before its old one is deleted.
+
+    Re-running the same command must leave one record for the file, the new one.
+    """
+    doc = make_pdf(tmp_path / "in" / "doc.pdf", "version one")
+    old_id = document_id(doc)
+    with DocPCIndex.from_pdfs([doc], tmp_path / "store", encoder=tiny_encoder):
+        pass
+    clear_chroma_cache()
+    make_pdf(doc, "version two")
+    new_id = document_id(doc)
+
+    def interrupted(self: MultiVectorStore, ids: object) -> int:
+        raise KeyboardInterrupt
+
+    index = DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True)
+    try:
+        monkeypatch.setattr(MultiVectorStore, "delete", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            index.add_pdfs([doc])
+    finally:
+        monkeypatch.undo()
+        index.close()
+    clear_chroma_cache()
+
+    with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
+        index.add_pdfs([doc])
+        assert index.store.ids() == [new_id], f"old version {old_id} is still stored next to {new_id}"
