@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from importlib import import_module
 from pathlib import Path
@@ -165,8 +166,13 @@ def _cmd_index(args: argparse.Namespace) -> int:
     given = {k: getattr(args, k) for k in ("mode", "strategy", "grid", "seed") if getattr(args, k) is not None}
     if args.pages is not None:
         given["pages"] = args.pages or None  # 0 stands for every page
+    # Options not given keep the store's recorded values (a new store: the defaults).
+    recorded = _recorded_index_settings(args.store)
     try:
-        settings = IndexSettings(**given) if given else None
+        base = IndexSettings.from_dict(recorded) if recorded else IndexSettings()
+        if "grid" not in given and ("pages" in given or given.get("mode") == "page"):
+            base = replace(base, grid=None)  # the shape follows the new K (or there is no grid)
+        settings = replace(base, **given) if given else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     with DocPCIndex(
@@ -192,6 +198,16 @@ def _cmd_index(args: argparse.Namespace) -> int:
         for failure in report.failed:
             print(f"  failed: {failure.reason}", file=sys.stderr)
     return EXIT_PARTIAL if report.failed else EXIT_OK
+
+
+def _recorded_index_settings(store: Path) -> dict[str, Any] | None:
+    """The index settings a store was created with, read from its manifest (None for a new store)."""
+    try:
+        data = json.loads((store / "store.json").read_text())
+    except (OSError, ValueError):
+        return None
+    recorded = (data.get("settings") or {}).get("index")
+    return recorded if isinstance(recorded, dict) else None
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
