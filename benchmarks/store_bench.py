@@ -114,8 +114,8 @@ def main() -> None:
         per_doc = bytes_total / args.docs
         p50 = statistics.median(latencies) * 1000
         print(f"store benchmark: {args.docs} documents x {VECTORS_PER_DOC} vectors x {DIM} dims, "
-              f"{len(targets)} queries, top-{args.top_k}, {reader.n_candidates} exact candidates, "
-              f"{args.centroids} centroids/doc")
+              f"{len(targets)} queries, top-{args.top_k}; first stage: {args.centroids} centroids/doc -> "
+              f"{reader.n_candidates} candidates screened in fp16 -> top-{args.top_k}+{reader.rescore_margin} scored exactly")
         print(f"insert rate          {insert_rate:8.1f} docs/s over {min(args.insert_docs, args.docs)} docs   (target >= 50)   {'OK' if insert_rate >= 50 else 'MISS'}")
         print(f"search p50           {p50:8.1f} ms  (p90 {np.percentile(latencies, 90) * 1000:.1f} ms)   (target <= 100)   {'OK' if p50 <= 100 else 'MISS'}")
         print(f"recall@{args.top_k} vs exhaustive {statistics.mean(recalls):8.4f}   (target >= 0.99)   {'OK' if statistics.mean(recalls) >= 0.99 else 'MISS'}")

@@ -12,6 +12,7 @@ the token-level structure that mean pooling throws away; the best
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,7 @@ class CentroidIndex:
         self._blocks: list[np.ndarray] = []
         self._matrix = np.zeros((0, n_centroids, dim), dtype=np.float32)
         self._live = np.zeros(0, dtype=bool)
+        self._torch_matrix: Any = None
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -79,13 +81,24 @@ class CentroidIndex:
             if slot is not None:
                 self._live[slot] = False
 
+    def _tensor(self) -> Any:
+        """The summaries as a torch tensor sharing memory with the numpy matrix."""
+        import torch
+
+        if self._torch_matrix is None:
+            # float16 halves the memory every query streams through; scores are only used to rank.
+            self._torch_matrix = torch.from_numpy(self._matrix).to(torch.float16)
+        return self._torch_matrix
+
     def _consolidate(self) -> None:
         if self._blocks:
             self._matrix = np.concatenate([self._matrix, *self._blocks], axis=0)
             self._blocks = []
+            self._torch_matrix = None
         if len(self._ids) > 2 * max(len(self._slot), 1024):  # compact dead slots
             keep = np.flatnonzero(self._live)
             self._matrix = self._matrix[keep]
+            self._torch_matrix = None
             self._ids = [self._ids[i] for i in keep]
             self._live = np.ones(len(self._ids), dtype=bool)
             self._slot = {d: i for i, d in enumerate(self._ids)}
@@ -106,10 +119,13 @@ class CentroidIndex:
         rows = np.flatnonzero(live)
         if rows.size == 0:
             return []
-        mat = self._matrix if rows.size == live.size else self._matrix[rows]
-        q = np.asarray(query, dtype=np.float32)
-        sims = mat.reshape(-1, self.dim) @ q.T  # [docs*c, t]
-        approx = sims.reshape(rows.size, self.n_centroids, -1).max(axis=1).sum(axis=1)
+        import torch
+
+        mat = self._tensor() if rows.size == live.size else self._tensor()[torch.from_numpy(rows)]
+        q = torch.from_numpy(np.asarray(query, dtype=np.float32)).to(torch.float16)
+        # [t, docs * c] viewed as [t, docs, c]: the max over centroids runs along contiguous memory.
+        sims = q @ mat.reshape(-1, self.dim).T
+        approx = sims.view(q.shape[0], rows.size, self.n_centroids).amax(dim=2).float().sum(dim=0).numpy()
         if n < rows.size:
             best = np.argpartition(-approx, n - 1)[:n]
         else:

@@ -23,7 +23,8 @@ class PDFLoadError(DocPCError):
 
     ``kind`` is a stable machine-readable code: ``not_found``, ``not_pdf``,
     ``corrupt``, ``encrypted``, ``wrong_password``, ``empty``, ``too_large``,
-    ``render_failed``.
+    ``render_failed``, ``changed`` (the source file no longer holds the
+    indexed bytes).
     """
 
     def __init__(self, path: str | Path, kind: str, reason: str) -> None:

@@ -164,7 +164,9 @@ class PageReranker:
         if missing:
             with open_pdf(source, password=password) as doc:
                 images = doc.render([n - 1 for n in missing], fit=self.page_size)
-            encoded = self.encoder.encode_images(images)
+            # Rounded to float16 as the cache stores them, so a page scores the
+            # same on the first query as on every later (cached) one.
+            encoded = [e.astype(np.float16).astype(np.float32) for e in self.encoder.encode_images(images)]
             self.pages_encoded += len(missing)
             fresh = dict(zip(missing, encoded))
             self.cache.put(doc_id, fresh)

@@ -123,13 +123,28 @@ def maxsim(
         for i, (c, n) in enumerate(zip(chunk, lengths)):
             if c.ndim != 2 or n == 0 or c.shape[1] != dim:
                 raise ValueError(f"document {start + i} must be a non-empty [n, {dim}] matrix, got {c.shape}")
-        flat = np.concatenate(chunk, axis=0).astype(np.float32, copy=False)
-        sims = flat @ q_all.T  # [sum n_d, T]
+        flat = np.concatenate(chunk, axis=0)
+        sims = _matmul_t(flat, q_all)  # [sum n_d, T]
         d_starts = np.cumsum([0] + lengths[:-1])
         best = np.maximum.reduceat(sims, d_starts, axis=0)  # [n_chunk_docs, T]
         scores[:, start:end] = np.add.reduceat(best, q_starts, axis=1).T
         start = end
     return scores
+
+
+def _matmul_t(docs: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``docs @ queries.T`` in float32, computed by torch.
+
+    torch upcasts float16 about five times faster than numpy, and keeping every
+    matrix product of a search in one thread pool avoids numpy's OpenBLAS
+    threads spinning against torch's on small machines (measured here: mixing
+    the two made each stage about 1.7x slower).
+    """
+    import torch
+
+    d = torch.from_numpy(np.ascontiguousarray(docs))
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    return (d.float() @ q.T).numpy()
 
 
 def maxsim_half(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
@@ -149,6 +164,10 @@ def maxsim_half(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarra
     if min(lengths) == 0:
         raise ValueError("every document needs at least one vector")
     flat = torch.from_numpy(np.ascontiguousarray(np.concatenate(documents, axis=0), dtype=np.float16))
-    sims = flat @ q.T  # [sum n_d, T] float16
-    best = torch.segment_reduce(sims, "max", lengths=torch.tensor(lengths), axis=0)
+    if len(set(lengths)) == 1:
+        # Grids of one store share a size: [T, sum n_d] viewed as [T, docs, n] reduces along
+        # contiguous memory, several times faster than a segment reduce.
+        best = (q @ flat.T).view(q.shape[0], len(lengths), lengths[0]).amax(dim=2).T
+    else:
+        best = torch.segment_reduce(flat @ q.T, "max", lengths=torch.tensor(lengths), axis=0)
     return best.float().sum(dim=1).numpy()

@@ -68,7 +68,7 @@ class SegmentReader:
     def __init__(self, directory: str | Path, dim: int) -> None:
         self.directory = Path(directory)
         self.dim = dim
-        self._maps: dict[str, np.memmap] = {}
+        self._maps: dict[str, np.ndarray] = {}
 
     def _map(self, name: str, need_rows: int) -> np.ndarray:
         mm = self._maps.get(name)
@@ -79,7 +79,8 @@ class SegmentReader:
             rows = path.stat().st_size // (self.dim * _DTYPE.itemsize)
             if rows < need_rows:
                 raise ValueError(f"vector segment {path} has {rows} rows, a record needs {need_rows}")
-            mm = np.memmap(path, dtype=_DTYPE, mode="r", shape=(rows, self.dim))
+            # A plain ndarray view of the map: slicing it skips np.memmap's per-slice bookkeeping.
+            mm = np.asarray(np.memmap(path, dtype=_DTYPE, mode="r", shape=(rows, self.dim)))
             self._maps[name] = mm
         return mm
 

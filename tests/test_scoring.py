@@ -71,10 +71,11 @@ def test_empty_inputs_and_bad_shapes() -> None:
         maxsim([_unit(rng, 2, dim=8)], [_unit(rng, 3, dim=16)])
 
 
-def test_half_precision_screen_is_close_to_float32() -> None:
+@pytest.mark.parametrize("equal_lengths", [False, True])
+def test_half_precision_screen_is_close_to_float32(equal_lengths: bool) -> None:
     rng = np.random.default_rng(11)
     q = _unit(rng, 6)
-    docs = [_unit(rng, int(rng.integers(1, 50))).astype(np.float16) for _ in range(40)]
+    docs = [_unit(rng, 30 if equal_lengths else int(rng.integers(1, 50))).astype(np.float16) for _ in range(40)]
     exact = maxsim([q], docs)[0]
     rough = maxsim_half(q, docs)
     assert rough.shape == (40,)
