@@ -1,0 +1,61 @@
+"""Constants and helpers shared by the LangChain integration tests (a uniquely named module, not conftest)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+__all__ = [
+    "CORPUS",
+    "ENCRYPTED",
+    "ENCRYPTED_PASSWORD",
+    "FOUR_PAGES",
+    "REPO_ROOT",
+    "ZERO_PAGES",
+    "decode_b64_image",
+    "generated_pdfs",
+    "needs_corpus",
+    "same_pixels",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", REPO_ROOT.parent / "shared/corpus/py-pdf-sample-files"))
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
+
+ENCRYPTED = CORPUS / "005-libreoffice-writer-password/libreoffice-writer-password.pdf"
+ENCRYPTED_PASSWORD = "openpassword"
+ZERO_PAGES = CORPUS / "017-unreadable-meta-data/unreadablemetadata.pdf"
+FOUR_PAGES = CORPUS / "004-pdflatex-4-pages/pdflatex-4-pages.pdf"
+
+
+def generated_pdfs(folder: Path, n: int = 6) -> Path:
+    """A few small PDFs (i+1 pages, title and author set) for machines without the corpus."""
+    import pymupdf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        doc = pymupdf.open()
+        for p in range(i + 1):
+            page = doc.new_page(width=300, height=400)
+            page.insert_text((30, 60 + 20 * i), f"Document {i} page {p + 1}: report {i * 7}", fontsize=14)
+        doc.set_metadata({"title": f"Generated {i}", "author": f"Author {i % 2}"})
+        doc.save(folder / f"generated-{i}.pdf")
+        doc.close()
+    return folder
+
+
+def decode_b64_image(data: str) -> Image.Image:
+    """A base64 PNG (as carried in results) decoded to an RGB image."""
+    with Image.open(io.BytesIO(base64.b64decode(data))) as img:
+        return img.convert("RGB")
+
+
+def same_pixels(a: Image.Image, b: Image.Image) -> bool:
+    """True when two images have the same size and identical RGB pixels."""
+    return a.size == b.size and np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))

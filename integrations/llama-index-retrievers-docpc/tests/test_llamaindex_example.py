@@ -1,0 +1,84 @@
+"""examples/llamaindex_quickstart.py runs end to end (subprocess) on the corpus with the tiny checkpoint."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from docpc_llamaindex_testsupport import REPO_ROOT
+
+from docpc_retrievers import DocPCIndex
+from docpc_retrievers.encoders import ColPaliEncoder
+from llama_index.retrievers.docpc import DocPCRetriever
+
+SCRIPT = REPO_ROOT / "examples" / "llamaindex_quickstart.py"
+QUERY = "a table of results"
+
+
+def _run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_quickstart_indexes_retrieves_and_answers(
+    tmp_path: Path,
+    pdf_folder: Path,
+    tiny_checkpoint: Path,
+    tiny_encoder: ColPaliEncoder,
+    corpus_index: DocPCIndex,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = tmp_path / "store"
+    first = _run(
+        pdf_folder, "--model", tiny_checkpoint, "--store", store, "--query", QUERY, "--top-k", "3", "--mock-llm",
+        cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    assert f"Indexed {len(corpus_index)} PDFs, 0 unchanged" in out
+    ids = re.findall(r"id=([0-9a-f]{32})", out)
+    assert len(ids) == 3
+    assert "Answer (text):" in out and "Answer (images):" in out
+    with DocPCRetriever.from_persist_dir(store, encoder=tiny_encoder, similarity_top_k=3) as retriever:
+        assert ids == [n.node.node_id for n in retriever.retrieve(QUERY)]
+
+    # Second run in-process (the script's main()): the store is reused and, without --mock-llm, no LLM runs.
+    module = _load_script()
+    quiet_logger = logging.getLogger("docpc_retrievers.index")
+    level = quiet_logger.level
+    try:
+        argv = [str(pdf_folder), "--model", str(tiny_checkpoint), "--store", str(store), "--query", QUERY]
+        assert module.main(argv) == 0
+    finally:
+        quiet_logger.setLevel(level)
+    again = capsys.readouterr().out
+    assert f"Indexed 0 PDFs, {len(corpus_index)} unchanged" in again
+    assert "No LLM configured: retrieval only" in again
+    assert "Answer" not in again
+    assert re.findall(r"id=([0-9a-f]{32})", again) == ids
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("llamaindex_quickstart", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quickstart_help_names_the_real_default_model(capsys: pytest.CaptureFixture[str]) -> None:
+    module = _load_script()
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "vidore/colqwen2-v1.0" in out and "--store" in out and "--mock-llm" in out
