@@ -307,7 +307,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 #: Modules that add more sub-commands: each has ``register(subparsers, add_common)``.
-_PLUGIN_COMMANDS: tuple[str, ...] = (".cli_eval",)
+_PLUGIN_COMMANDS: tuple[str, ...] = (".cli_eval", ".cli_train")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -654,6 +654,16 @@ class ColPaliEncoder:
         return int(ip.size["longest_edge"]) // (tile * tile)
 
     @property
+    def model(self) -> Any:
+        """The loaded colpali-engine model (a ``torch.nn.Module``), e.g. for fine-tuning; read-only attribute."""
+        return self._model
+
+    @property
+    def processor(self) -> Any:
+        """The loaded colpali-engine processor (``process_images`` / ``process_queries``); read-only attribute."""
+        return self._processor
+
+    @property
     def has_patch_grid(self) -> bool:
         """True when :meth:`image_patch_grid` and ``EncodedImage.patch_grid`` are available (Qwen families)."""
         return self._family.dynamic_resolution
