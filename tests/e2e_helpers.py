@@ -26,7 +26,7 @@ from typing import Any
 import pymupdf
 import pytest
 
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", "/work/shared/corpus/py-pdf-sample-files"))
+CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
 
 MINIMAL = CORPUS / "001-trivial/minimal-document.pdf"

@@ -19,7 +19,7 @@ from docpc_retrievers.sources import document_id
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO_ROOT / "examples" / "cli_quickstart.md"
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", "/work/shared/corpus/py-pdf-sample-files"))
+CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
 DELETED = CORPUS / "001-trivial/minimal-document.pdf"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -92,9 +93,8 @@ def test_real_processor_geometry_matches_the_stored_token_grid(tiny_encoder) -> 
 def test_index_results_carry_evidence_pages(tmp_path: Path, tiny_checkpoint: Path) -> None:
     from docpc_retrievers import DocPCIndex
 
-    corpus = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"
-    if not corpus.exists():
-        corpus = Path("/work/shared/corpus/py-pdf-sample-files")
+    default = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"
+    corpus = Path(os.environ.get("DOCPC_PDF_CORPUS", default))
     pdf = corpus / "004-pdflatex-4-pages" / "pdflatex-4-pages.pdf"
     # Visual rows only: every winning row is a visual token, so shares must add up to (almost) 1;
     # the remainder is tokens over the cell padding around the pages.

@@ -17,7 +17,7 @@ from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.pdf import open_pdf
 from docpc_retrievers.sources import document_id
 
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", "/work/shared/corpus/py-pdf-sample-files"))
+CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
 FOUR_PAGES = CORPUS / "004-pdflatex-4-pages/pdflatex-4-pages.pdf"
 OUTLINE = CORPUS / "006-pdflatex-outline/pdflatex-outline.pdf"
