@@ -15,25 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .cli import _non_negative_int, _positive_int
+
 __all__ = ["register", "run"]
 
 logger = logging.getLogger("docpc_retrievers.cli_train")
 
 _LOSSES = ("combined", "mp-infonce", "infonce", "listwise")
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:

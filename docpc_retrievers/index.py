@@ -354,35 +354,8 @@ class DocPCIndex:
         return "indexed"
 
     def _prepare(self, path: Path, doc_id: str, password: str | None, max_file_bytes: int | None) -> _Prepared:
-        s = self.settings
-        with self._render_lock, open_pdf(path, password=password, max_file_bytes=max_file_bytes) as doc:
-            info = doc.info()
-            if s.pages is None:
-                selected = list(range(doc.page_count))
-            else:
-                selected = select_document_pages(doc, s.pages, s.strategy, seed=s.seed)
-            images = doc.render(selected, fit=s.cell_size if s.mode == "grid" else s.page_size)
-            texts = doc.text(selected)
-            labels = info.page_labels
-        grid = compose_grid(images, selected, shape=s.shape, cell_size=s.cell_size) if s.mode == "grid" else None
-        stat = path.stat()
-        metadata: dict[str, Any] = {
-            "source": str(path),
-            "file_name": path.name,
-            "title": info.title,
-            "author": info.author,
-            "total_pages": info.page_count,
-            "selected_pages": [i + 1 for i in selected],
-            "selected_labels": [labels[i] for i in selected],
-            "mode": s.mode,
-            "strategy": s.strategy,
-            "k": s.pages,
-            "layout": json.dumps(grid.layout.to_dict(), separators=(",", ":")) if grid is not None else None,
-            "file_bytes": stat.st_size,
-            "file_mtime": stat.st_mtime,
-            "indexed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        text = "\n\n".join(t.strip() for t in texts if t and t.strip())
+        with self._render_lock:
+            grid, images, metadata, text = _render_document(path, self.settings, password, max_file_bytes)
         old = [i for i in self._store.ids(where={"source": str(path)}) if i != doc_id]
         return _Prepared(doc_id, path, grid, metadata, text, replaces=old, pages=[] if grid is not None else images)
 
@@ -804,33 +777,49 @@ class DocPCIndex:
             doc_id = document_id(file_path)
         except OSError as exc:
             raise PDFLoadError(file_path, "not_found", f"file cannot be read: {exc}") from None
-        rows, cols = s.shape
-        with cls._render_lock, open_pdf(file_path, password=password, max_file_bytes=max_file_bytes) as doc:
-            info = doc.info()
-            selected = select_document_pages(doc, s.pages, s.strategy, seed=s.seed)
-            images = doc.render(selected, fit=s.cell_size)
-            texts = doc.text(selected)
-            labels = info.page_labels
-        grid = compose_grid(images, selected, shape=(rows, cols), cell_size=s.cell_size)
-        stat = file_path.stat()
-        metadata: dict[str, Any] = {
-            "source": str(file_path),
-            "file_name": file_path.name,
-            "title": info.title,
-            "author": info.author,
-            "total_pages": info.page_count,
-            "selected_pages": [i + 1 for i in selected],
-            "selected_labels": [labels[i] for i in selected],
-            "mode": s.mode,
-            "strategy": s.strategy,
-            "k": s.pages,
-            "layout": json.dumps(grid.layout.to_dict(), separators=(",", ":")) if grid is not None else None,
-            "file_bytes": stat.st_size,
-            "file_mtime": stat.st_mtime,
-            "indexed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        text = "\n\n".join(t.strip() for t in texts if t and t.strip())
+        with cls._render_lock:
+            grid, _images, metadata, text = _render_document(file_path, s, password, max_file_bytes)
+        assert grid is not None
         return doc_id, grid, metadata, text
+
+
+def _render_document(
+    path: Path, s: IndexSettings, password: str | None, max_file_bytes: int | None
+) -> tuple[ComposedGrid | None, list[Image.Image], dict[str, Any], str]:
+    """Open a PDF, select and render its pages, compose the grid (grid mode) and describe it.
+
+    Returns ``(grid or None, rendered pages, stored metadata, text of the
+    selected pages)``. Callers hold the PyMuPDF lock.
+    """
+    with open_pdf(path, password=password, max_file_bytes=max_file_bytes) as doc:
+        info = doc.info()
+        if s.pages is None:
+            selected = list(range(doc.page_count))
+        else:
+            selected = select_document_pages(doc, s.pages, s.strategy, seed=s.seed)
+        images = doc.render(selected, fit=s.cell_size if s.mode == "grid" else s.page_size)
+        texts = doc.text(selected)
+        labels = info.page_labels
+    grid = compose_grid(images, selected, shape=s.shape, cell_size=s.cell_size) if s.mode == "grid" else None
+    stat = path.stat()
+    metadata: dict[str, Any] = {
+        "source": str(path),
+        "file_name": path.name,
+        "title": info.title,
+        "author": info.author,
+        "total_pages": info.page_count,
+        "selected_pages": [i + 1 for i in selected],
+        "selected_labels": [labels[i] for i in selected],
+        "mode": s.mode,
+        "strategy": s.strategy,
+        "k": s.pages,
+        "layout": json.dumps(grid.layout.to_dict(), separators=(",", ":")) if grid is not None else None,
+        "file_bytes": stat.st_size,
+        "file_mtime": stat.st_mtime,
+        "indexed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    text = "\n\n".join(t.strip() for t in texts if t and t.strip())
+    return grid, images, metadata, text
 
 
 def _encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[tuple[np.ndarray, TokenGrid | None]]:

@@ -76,13 +76,53 @@ def _build_tokenizer() -> Qwen2TokenizerFast:
     )
 
 
-def build_tiny_colqwen2(path: str | Path, *, seed: int = 0) -> Path:
-    """Save a tiny random ColQwen2 model and its ColQwen2Processor into ``path``.
+#: The architecture behind ``vidore/colqwen2-v1.0`` (Qwen2-VL-2B's published config), for
+#: benchmarks that need realistic compute per image with random weights. The vocabulary is
+#: the tiny tokenizer's: embeddings are look-ups and ColQwen2 has no LM head, so the
+#: compute per token is the real model's.
+QWEN2_VL_2B_TEXT = dict(
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+)
+QWEN2_VL_2B_VISION = dict(
+    depth=32, embed_dim=1280, hidden_size=1536, num_heads=16, mlp_ratio=4, patch_size=14,
+    spatial_merge_size=2, temporal_patch_size=2,
+)
+_TINY_TEXT = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+)
+_TINY_VISION = dict(
+    depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=14,
+    spatial_merge_size=2, temporal_patch_size=2,
+)
+
+
+def build_tiny_colqwen2(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    architecture: str = "tiny",
+    max_visual_tokens: int = 64,
+    dtype: str = "float32",
+) -> Path:
+    """Save a random ColQwen2 model and its ColQwen2Processor into ``path``.
 
     The folder is created if needed and loads with
     ``ColQwen2.from_pretrained(path)`` / ``ColQwen2Processor.from_pretrained(path)``.
     Output embeddings have dim 128. The same ``seed`` gives the same weights.
-    Returns the folder as a ``Path``.
+    ``architecture="qwen2-vl-2b"`` builds the real ColQwen2 size (about 2 B
+    parameters, random weights; save it with ``dtype="bfloat16"``) for
+    throughput benchmarks; ``max_visual_tokens`` caps visual tokens per image
+    (ColQwen2 was trained with about 768). Returns the folder as a ``Path``.
     """
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
@@ -98,30 +138,19 @@ def build_tiny_colqwen2(path: str | Path, *, seed: int = 0) -> Path:
     tokenizer = _build_tokenizer()
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in TINY_SPECIAL_TOKENS}
 
+    if architecture not in ("tiny", "qwen2-vl-2b"):
+        raise ValueError(f"architecture must be 'tiny' or 'qwen2-vl-2b', got {architecture!r}")
+    big = architecture == "qwen2-vl-2b"
     config = Qwen2VLConfig(
         text_config=dict(
             vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            **(QWEN2_VL_2B_TEXT if big else _TINY_TEXT),
             # Qwen2's defaults (151643, ...) lie outside the tiny vocab and make transformers warn.
             bos_token_id=None,
             eos_token_id=ids["<|endoftext|>"],
             pad_token_id=ids["<|endoftext|>"],
         ),
-        vision_config=dict(
-            depth=2,
-            embed_dim=32,
-            hidden_size=64,
-            num_heads=4,
-            mlp_ratio=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-        ),
+        vision_config=dict(QWEN2_VL_2B_VISION if big else _TINY_VISION),
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -133,16 +162,18 @@ def build_tiny_colqwen2(path: str | Path, *, seed: int = 0) -> Path:
         torch.manual_seed(seed)
         model = ColQwen2(config)
     model.eval()
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
 
     processor = ColQwen2Processor(
-        image_processor=Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=28 * 28 * 64),
+        image_processor=Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=28 * 28 * max_visual_tokens),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(),
     )
 
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    logger.info("tiny ColQwen2 checkpoint (seed=%d) written to %s", seed, out)
+    logger.info("%s ColQwen2 checkpoint (seed=%d) written to %s", architecture, seed, out)
     return out
 
 
