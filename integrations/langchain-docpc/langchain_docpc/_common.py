@@ -1,16 +1,19 @@
-"""Helpers shared by the retriever and the loader: metadata cleaning, base64 images, query checks."""
+"""Helpers for the retriever and the loader: the core's shared framework helpers plus path handling."""
 
 from __future__ import annotations
 
-import base64
-import io
 import os
-import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
-from docpc_retrievers import SearchResult
-from PIL import Image
+from docpc_retrievers.frameworks import (
+    DROPPED_METADATA_KEYS,
+    IMAGE_MIME_TYPE,
+    PDF_LOCK,
+    b64_png,
+    check_query,
+    clean_metadata,
+    result_metadata,
+)
 
 __all__ = [
     "DROPPED_METADATA_KEYS",
@@ -24,59 +27,8 @@ __all__ = [
     "result_metadata",
 ]
 
-IMAGE_MIME_TYPE = "image/png"
-
-#: PyMuPDF is not thread-safe and the core's page reranker keeps unlocked caches: reranked
-#: searches and on-demand page rendering from this package take this lock, one at a time.
-PDF_LOCK = threading.RLock()
-
-#: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
-DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 
 PathLike = str | os.PathLike[str]
-
-
-def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Stored metadata without None values or internal keys."""
-    return {
-        k: (list(v) if isinstance(v, tuple) else v)
-        for k, v in metadata.items()
-        if v is not None and k not in DROPPED_METADATA_KEYS
-    }
-
-
-def result_metadata(result: SearchResult) -> dict[str, Any]:
-    """A search result's metadata: stored keys plus score, rank, evidence pages and rerank details.
-
-    ``evidence_pages`` lists 1-based page numbers, the page behind most of the
-    score first; after reranking ``grid_score`` is the score before fusion.
-    """
-    metadata = clean_metadata(result.metadata)
-    metadata.update(score=result.score, rank=result.rank)
-    if result.evidence_pages:
-        metadata["evidence_pages"] = [e.page for e in result.evidence_pages]
-    if result.reranked:
-        metadata["reranked"] = True
-        metadata["grid_score"] = result.grid_score
-    return metadata
-
-
-def b64_png(data: bytes | Image.Image) -> str:
-    """Base64 text of PNG bytes, or of a PIL image encoded as PNG."""
-    if isinstance(data, Image.Image):
-        buf = io.BytesIO()
-        data.save(buf, format="PNG", optimize=False, compress_level=6)
-        data = buf.getvalue()
-    return base64.b64encode(data).decode("ascii")
-
-
-def check_query(query: object) -> str:
-    """Return the query, or raise a clear error for a non-string, empty or whitespace-only one."""
-    if not isinstance(query, str):
-        raise TypeError(f"the query must be a string, got {type(query).__name__}")
-    if not query.strip():
-        raise ValueError("the query is empty or only whitespace; DocPCRetriever needs some text to search for")
-    return query
 
 
 def path_list(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
