@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +19,6 @@ from .results import SearchResult
 __all__ = [
     "DROPPED_METADATA_KEYS",
     "IMAGE_MIME_TYPE",
-    "PDF_LOCK",
     "b64_png",
     "check_query",
     "clean_metadata",
@@ -28,10 +26,6 @@ __all__ = [
 ]
 
 IMAGE_MIME_TYPE = "image/png"
-
-#: PyMuPDF is not thread-safe: framework searches that rerank and on-demand page
-#: rendering take this lock, one at a time.
-PDF_LOCK = threading.RLock()
 
 #: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
 DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})

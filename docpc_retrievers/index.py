@@ -155,6 +155,10 @@ class DocPCIndex:
         encoder_kwargs: passed to :class:`ColPaliEncoder` (device, dtype, batch_size, ...).
     """
 
+    #: PyMuPDF is not thread-safe, even across documents: every render in this process
+    #: (indexing, reranking, on-demand page images) takes this lock.
+    _render_lock = threading.Lock()
+
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -692,10 +696,7 @@ class DocPCIndex:
         self.close()
 
     # ------------------------------------------------------------------------------------------
-    # Additions for the framework integrations (issue 3): purely additive, nothing above uses them.
-
-    #: PyMuPDF is not thread-safe, even across documents: on-demand rendering takes this lock.
-    _render_lock = threading.Lock()
+    # For the framework integrations: stored grid bytes, page rendering, composing without storing.
 
     def grid_image_bytes(self, doc_id: str) -> bytes:
         """The stored grid PNG exactly as written at index time.

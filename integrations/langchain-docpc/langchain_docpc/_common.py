@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from docpc_retrievers.frameworks import (
     DROPPED_METADATA_KEYS,
     IMAGE_MIME_TYPE,
-    PDF_LOCK,
     b64_png,
     check_query,
     clean_metadata,
@@ -18,7 +17,6 @@ from docpc_retrievers.frameworks import (
 __all__ = [
     "DROPPED_METADATA_KEYS",
     "IMAGE_MIME_TYPE",
-    "PDF_LOCK",
     "PathLike",
     "b64_png",
     "check_query",

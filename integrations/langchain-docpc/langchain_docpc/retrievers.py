@@ -21,7 +21,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._common import IMAGE_MIME_TYPE, PDF_LOCK, PathLike, b64_png, check_query, path_list, result_metadata
+from ._common import IMAGE_MIME_TYPE, PathLike, b64_png, check_query, path_list, result_metadata
 
 __all__ = ["DEFAULT_K", "DEFAULT_PAGE_DPI", "DocPCRetriever"]
 
@@ -203,20 +203,17 @@ class DocPCRetriever(BaseRetriever):
             raise ValueError(f"k must be an integer >= 0, got {top_k!r}")
         where = self.filter if filter is None else filter
         filters = dict(where) if where else None
-        if self.rerank if rerank is None else rerank:
-            with PDF_LOCK:
-                results = self._index.search(
-                    query,
-                    top_k,
-                    filters=filters,
-                    rerank=True,
-                    rerank_top_n=self.rerank_top_n,
-                    page_budget=self.page_budget,
-                    grid_weight=self.grid_weight,
-                    password=self.password,
-                )
-        else:
-            results = self._index.search(query, top_k, filters=filters)
+        # The core serialises reranking and PDF rendering itself (PyMuPDF is not thread-safe).
+        results = self._index.search(
+            query,
+            top_k,
+            filters=filters,
+            rerank=self.rerank if rerank is None else rerank,
+            rerank_top_n=self.rerank_top_n,
+            page_budget=self.page_budget,
+            grid_weight=self.grid_weight,
+            password=self.password,
+        )
         logger.debug("DocPC retrieved %d documents for %r", len(results), query)
         return self._to_documents(results)
 
@@ -254,8 +251,7 @@ class DocPCRetriever(BaseRetriever):
                     metadata["image_base64"] = b64_png(grid)
                     metadata["image_mime_type"] = IMAGE_MIME_TYPE
             elif self.return_images == "pages":
-                with PDF_LOCK:
-                    pages = self._index.render_pages(r.id, dpi=self.page_dpi, password=self.password)
+                pages = self._index.render_pages(r.id, dpi=self.page_dpi, password=self.password)
                 metadata["page_images_base64"] = [b64_png(image) for _, image, _ in pages]
                 metadata["image_mime_type"] = IMAGE_MIME_TYPE
             docs.append(Document(id=r.id, page_content=texts.get(r.id, ""), metadata=metadata))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from docpc_retrievers.frameworks import (
     DROPPED_METADATA_KEYS,
     IMAGE_MIME_TYPE,
-    PDF_LOCK,
     b64_png,
     check_query,
     clean_metadata,
@@ -17,7 +16,6 @@ __all__ = [
     "EXCLUDED_EMBED_METADATA_KEYS",
     "EXCLUDED_LLM_METADATA_KEYS",
     "IMAGE_MIMETYPE",
-    "PDF_LOCK",
     "b64_png",
     "check_query",
     "clean_metadata",

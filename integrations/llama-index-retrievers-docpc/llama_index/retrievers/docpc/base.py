@@ -30,7 +30,6 @@ from ._common import (
     EXCLUDED_EMBED_METADATA_KEYS,
     EXCLUDED_LLM_METADATA_KEYS,
     IMAGE_MIMETYPE,
-    PDF_LOCK,
     b64_png,
     check_query,
     result_metadata,
@@ -296,20 +295,17 @@ class DocPCRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle.query_str)
         where = metadata_filters_to_where(self.filters)
-        if self.rerank:
-            with PDF_LOCK:
-                results = self._index.search(
-                    query,
-                    self.similarity_top_k,
-                    filters=where,
-                    rerank=True,
-                    rerank_top_n=self.rerank_top_n,
-                    page_budget=self.page_budget,
-                    grid_weight=self.grid_weight,
-                    password=self._password,
-                )
-        else:
-            results = self._index.search(query, self.similarity_top_k, filters=where)
+        # The core serialises reranking and PDF rendering itself (PyMuPDF is not thread-safe).
+        results = self._index.search(
+            query,
+            self.similarity_top_k,
+            filters=where,
+            rerank=self.rerank,
+            rerank_top_n=self.rerank_top_n,
+            page_budget=self.page_budget,
+            grid_weight=self.grid_weight,
+            password=self._password,
+        )
         logger.debug("DocPC retrieved %d documents for %r", len(results), query)
         return self._to_nodes(results)
 
@@ -358,8 +354,7 @@ class DocPCRetriever(BaseRetriever):
     def _page_nodes(self, r: SearchResult, metadata: dict[str, Any]) -> list[NodeWithScore]:
         labels = list(metadata.get("selected_labels") or [])
         nodes = []
-        with PDF_LOCK:
-            pages = self._index.render_pages(r.id, dpi=self.page_dpi, password=self._password)
+        pages = self._index.render_pages(r.id, dpi=self.page_dpi, password=self._password)
         for position, (number, image, text) in enumerate(pages):
             page_meta = dict(metadata)
             page_meta["page_number"] = number
