@@ -236,7 +236,6 @@ def test_docpc_eval_bm25_and_grid_on_tiny(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not evaluation.core_supports("page"), reason="the core has no page mode")
 def test_page_system_is_the_efficiency_reference(tiny_set: Path, tmp_path: Path, tiny_encoder: object) -> None:
     corpus = load_labelled_corpus(tiny_set)
     keep = sorted(corpus.documents)[:4]
