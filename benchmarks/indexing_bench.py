@@ -7,18 +7,13 @@ issue's target: grid-mode end-to-end indexing should be faster than page
 mode by at least 0.9 x the mean pages per document (published: 7.7x at 10.06
 pages).
 
-Timing is measured the way ``docpc eval`` measures it
-(:func:`docpc_retrievers.evaluation.timed_index_build`): encode around
-``encoder.encode_images``, insert around ``store.add``, render = end-to-end
-minus both (opening, page selection, rendering, composing, grid previews).
+Timing is what indexing itself reports, the way ``docpc eval`` reads it
+(:func:`docpc_retrievers.eval.timed_index_build`, from ``IndexReport.timings``):
+encode seconds, insert (commit) seconds, and render = end-to-end minus both
+(opening, page selection, rendering, composing).
 
-What is here and what is missing:
+Notes:
 
-* The grid-mode half and the shared printing are complete.
-* The page-mode half runs when the core has page mode (issue 4, detected
-  with ``evaluation.core_supports("page")``; it is in the core since commit
-  53f0cc7 and was run on the tiny set). Without it the page column prints
-  ``n/a`` and no ratio or target is reported.
 * ``--arch qwen2-vl-2b`` builds ColQwen2's real architecture (the Qwen2-VL-2B
   config behind ``vidore/colqwen2-v1.0``) with random weights, for CPU runs at
   small scale (``--docs``, ``--max-visual-tokens``, ``--dtype bfloat16``) and
@@ -44,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers.evaluation import IndexStats, core_supports, timed_index_build
-from docpc_retrievers.pdf import open_pdf
-from docpc_retrievers.sources import discover_pdfs
+from docpc_retrievers.eval import IndexStats, timed_index_build
+from docpc_retrievers.documents.pdf import open_pdf
+from docpc_retrievers.documents.discovery import discover_pdfs
 
 __all__ = ["ROWS", "format_table", "main", "measure"]
 
@@ -130,11 +125,11 @@ def _corpus_paths(args: argparse.Namespace, work: Path) -> list[Path]:
     if args.corpus:
         root = Path(args.corpus)
         if (root / "corpus.jsonl").exists() or (root / "queries.jsonl").exists():
-            from docpc_retrievers.labels import load_labelled_corpus
+            from docpc_retrievers.eval.corpus import load_labelled_corpus
 
             return sorted(set(load_labelled_corpus(root).documents.values()))
         return discover_pdfs([root])
-    from docpc_retrievers.synthetic import generate_corpus
+    from docpc_retrievers.eval.synthetic import generate_corpus
 
     root = generate_corpus(work / f"corpus-{args.size}", args.size, seed=args.seed).root
     return discover_pdfs([root / "pdfs"])
@@ -221,11 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = IndexSettings(strategy=args.strategy, pages=args.pages)
             columns["grid"] = measure(paths, encoder, settings, work / "grid", batch_size=args.batch_size)
         if "page" in modes:
-            if core_supports("page"):
-                settings = IndexSettings(mode="page", strategy=args.strategy, pages=None)  # type: ignore[call-arg]
-                columns["page"] = measure(paths, encoder, settings, work / "page", batch_size=args.batch_size)
-            else:
-                columns["page"] = None
+            settings = IndexSettings(mode="page", strategy=args.strategy, pages=None)
+            columns["page"] = measure(paths, encoder, settings, work / "page", batch_size=args.batch_size)
         print(f"corpus: {len(paths)} PDFs; encoder: {encoder!r}")
         print(format_table(columns, mean_pages))
         if args.json:

@@ -47,7 +47,7 @@ QUERIES = [
 def _corpus(arg: str | None, work: Path) -> Path:
     if arg:
         return Path(arg)
-    from docpc_retrievers.synthetic import generate_corpus  # the generated DocViRe-style corpus
+    from docpc_retrievers.eval.synthetic import generate_corpus  # the generated DocViRe-style corpus
 
     return generate_corpus(work / "synthetic", "small").root / "pdfs"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from docpc_retrievers.store import MultiVectorStore
+from docpc_retrievers.store.multivector import MultiVectorStore
 
 DIM = 128
 VECTORS_PER_DOC = 760

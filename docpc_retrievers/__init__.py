@@ -3,6 +3,12 @@
 Each PDF becomes one image: K representative pages composed into a grid,
 encoded once by a ColPali-family late-interaction model and searched by
 MaxSim. Heavy parts (torch, colpali-engine, chromadb) load on first use.
+
+Where things live: ``documents`` (PDF -> pages -> grid), ``encoders``,
+``scoring`` (MaxSim, evidence, BM25), ``store`` (everything on disk),
+``indexing``, ``search``, ``rerank``, ``index`` (the :class:`DocPCIndex`
+facade), ``adapters`` (what the framework integrations share), ``cli``,
+``eval`` (``[eval]`` extra), ``training``, ``testing``.
 """
 
 from __future__ import annotations
@@ -10,18 +16,61 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .errors import DocPCError, ModelLoadError, ModelMismatchError, PDFLoadError, StoreError, StoreLockedError
+from docpc_retrievers.errors import (
+    DocPCError,
+    DocumentNotFoundError,
+    ModelLoadError,
+    ModelMismatchError,
+    PDFLoadError,
+    SettingsMismatchError,
+    StoreError,
+    StoreLockedError,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
+
+_LAZY = {
+    "EncoderOptions": "config",
+    "GridSpec": "config",
+    "IndexSettings": "config",
+    "RerankSettings": "config",
+    "SearchOptions": "config",
+    "ComposedGrid": "documents.composition",
+    "GridLayout": "documents.composition",
+    "compose_grid": "documents.composition",
+    "grid_shape": "documents.composition",
+    "PDFDocument": "documents.pdf",
+    "open_pdf": "documents.pdf",
+    "represent_pdf": "documents.represent",
+    "STRATEGIES": "documents.selection",
+    "select_pages": "documents.selection",
+    "DEFAULT_MODEL": "encoders",
+    "ColPaliEncoder": "encoders",
+    "Encoder": "encoders",
+    "load_encoder": "encoders",
+    "DocPCIndex": "index",
+    "EvidencePage": "results",
+    "Hit": "results",
+    "IndexFailure": "results",
+    "IndexReport": "results",
+    "SearchResult": "results",
+    "maxsim": "scoring",
+    "MultiVectorStore": "store",
+}
 
 __all__ = [
-    "DEFAULT_MODEL",
     "ColPaliEncoder",
     "ComposedGrid",
+    "DEFAULT_MODEL",
     "DocPCError",
     "DocPCIndex",
+    "DocumentNotFoundError",
     "Encoder",
+    "EncoderOptions",
+    "EvidencePage",
     "GridLayout",
+    "GridSpec",
+    "Hit",
     "IndexFailure",
     "IndexReport",
     "IndexSettings",
@@ -30,8 +79,11 @@ __all__ = [
     "MultiVectorStore",
     "PDFDocument",
     "PDFLoadError",
+    "RerankSettings",
     "STRATEGIES",
+    "SearchOptions",
     "SearchResult",
+    "SettingsMismatchError",
     "StoreError",
     "StoreLockedError",
     "compose_grid",
@@ -39,48 +91,29 @@ __all__ = [
     "load_encoder",
     "maxsim",
     "open_pdf",
+    "represent_pdf",
     "select_pages",
     "__version__",
 ]
 
-_LAZY = {
-    "DEFAULT_MODEL": "encoders",
-    "ColPaliEncoder": "encoders",
-    "Encoder": "encoders",
-    "load_encoder": "encoders",
-    "ComposedGrid": "composition",
-    "GridLayout": "composition",
-    "compose_grid": "composition",
-    "grid_shape": "composition",
-    "DocPCIndex": "index",
-    "IndexSettings": "index",
-    "IndexFailure": "results",
-    "IndexReport": "results",
-    "SearchResult": "results",
-    "MultiVectorStore": "store",
-    "PDFDocument": "pdf",
-    "open_pdf": "pdf",
-    "STRATEGIES": "selection",
-    "select_pages": "selection",
-    "maxsim": "scoring",
-}
-
 if TYPE_CHECKING:
-    from .composition import ComposedGrid, GridLayout, compose_grid, grid_shape
-    from .encoders import DEFAULT_MODEL, ColPaliEncoder, Encoder, load_encoder
-    from .index import DocPCIndex, IndexSettings
-    from .pdf import PDFDocument, open_pdf
-    from .results import IndexFailure, IndexReport, SearchResult
-    from .scoring import maxsim
-    from .selection import STRATEGIES, select_pages
-    from .store import MultiVectorStore
+    from docpc_retrievers.config import EncoderOptions, GridSpec, IndexSettings, RerankSettings, SearchOptions
+    from docpc_retrievers.documents.composition import ComposedGrid, GridLayout, compose_grid, grid_shape
+    from docpc_retrievers.documents.pdf import PDFDocument, open_pdf
+    from docpc_retrievers.documents.represent import represent_pdf
+    from docpc_retrievers.documents.selection import STRATEGIES, select_pages
+    from docpc_retrievers.encoders import DEFAULT_MODEL, ColPaliEncoder, Encoder, load_encoder
+    from docpc_retrievers.index import DocPCIndex
+    from docpc_retrievers.results import EvidencePage, Hit, IndexFailure, IndexReport, SearchResult
+    from docpc_retrievers.scoring import maxsim
+    from docpc_retrievers.store import MultiVectorStore
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'docpc_retrievers' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
+    value = getattr(import_module(f"docpc_retrievers.{module}"), name)
     globals()[name] = value
     return value
 

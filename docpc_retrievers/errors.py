@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
+    "PDF_ERROR_KINDS",
     "DocPCError",
-    "PDFLoadError",
+    "DocumentNotFoundError",
     "ModelLoadError",
-    "StoreError",
     "ModelMismatchError",
+    "PDFErrorKind",
+    "PDFLoadError",
+    "SettingsMismatchError",
+    "StoreError",
     "StoreLockedError",
 ]
+
+#: Why a PDF could not be used; stable machine-readable codes (``IndexFailure.kind``, ``--json``).
+PDFErrorKind = Literal[
+    "not_found",  # the file is missing or unreadable
+    "not_pdf",  # not a PDF (another format, or garbage)
+    "corrupt",  # a PDF that MuPDF cannot open
+    "encrypted",  # needs a password and none was given
+    "wrong_password",  # the password given does not open it
+    "empty",  # zero bytes, or zero pages
+    "too_large",  # over the size or page-pixel limit
+    "render_failed",  # opened but a selected page could not be rendered
+    "changed",  # the source no longer holds the bytes that were indexed
+]
+PDF_ERROR_KINDS: tuple[str, ...] = PDFErrorKind.__args__  # type: ignore[attr-defined]
 
 
 class DocPCError(Exception):
@@ -19,17 +38,13 @@ class DocPCError(Exception):
 
 
 class PDFLoadError(DocPCError):
-    """A PDF could not be opened or rendered; names the file and the reason.
+    """A PDF could not be opened or rendered; names the file and the reason (``kind``, see :data:`PDFErrorKind`)."""
 
-    ``kind`` is a stable machine-readable code: ``not_found``, ``not_pdf``,
-    ``corrupt``, ``encrypted``, ``wrong_password``, ``empty``, ``too_large``,
-    ``render_failed``, ``changed`` (the source file no longer holds the
-    indexed bytes).
-    """
-
-    def __init__(self, path: str | Path, kind: str, reason: str) -> None:
+    def __init__(self, path: str | Path, kind: PDFErrorKind, reason: str) -> None:
+        if kind not in PDF_ERROR_KINDS:
+            raise ValueError(f"unknown PDF error kind {kind!r}")
         self.path = str(path)
-        self.kind = kind
+        self.kind: PDFErrorKind = kind
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
@@ -42,9 +57,25 @@ class StoreError(DocPCError):
     """The vector store cannot do what was asked (bad path, inconsistent data, ...)."""
 
 
-class ModelMismatchError(StoreError):
-    """A store built with one model/settings was searched or extended with another."""
+class SettingsMismatchError(StoreError):
+    """A store built with some settings was opened or extended with different ones; names each setting."""
+
+
+class ModelMismatchError(SettingsMismatchError):
+    """A store built with one model (or encoder settings) was searched or extended with another."""
 
 
 class StoreLockedError(StoreError):
     """Another process holds the store's writer lock."""
+
+
+class DocumentNotFoundError(StoreError, KeyError):
+    """No stored document has this id; a ``KeyError`` too, so ``except KeyError`` still catches it."""
+
+    def __init__(self, doc_id: object, store: str | Path = "the store") -> None:
+        self.doc_id = doc_id
+        self.store = str(store)
+        super().__init__(f"no document {doc_id!r} in {self.store}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])

@@ -15,81 +15,37 @@ not one tuned on labelled data (see the README).
 Which pages to encode is chosen by cheap, query-aware signals, up to a
 per-document budget (default 4): BM25 of the query against each page's text
 layer, plus the grid evidence share of the pages that were in the grid.
-Page embeddings are cached (page_cache.py), so a page is encoded at most once.
+Page embeddings are cached (store/page_cache.py), so a page is encoded at most once.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from .encoders import Encoder
-from .page_cache import PageEmbeddingCache
-from .pdf import open_pdf
-from .scoring import maxsim
+from docpc_retrievers.config import RerankSettings
+from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.scoring.bm25 import page_bm25
+from docpc_retrievers.store.page_cache import PageEmbeddingCache
+from docpc_retrievers.documents.pdf import open_pdf
+from docpc_retrievers.errors import PDFLoadError
+from docpc_retrievers.results import EvidencePage, SearchResult
+from docpc_retrievers.scoring.maxsim import maxsim
 
-__all__ = ["PageReranker", "RerankSettings", "choose_pages", "fuse", "page_bm25"]
+__all__ = ["PageReranker", "RerankSettings", "choose_pages", "fuse", "page_bm25", "rerank_results"]
 
 logger = logging.getLogger(__name__)
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-@dataclass(frozen=True)
-class RerankSettings:
-    """``top_n`` documents are reranked, each from at most ``page_budget`` pages."""
-
-    top_n: int = 20
-    page_budget: int = 4
-    grid_weight: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.top_n < 1 or self.page_budget < 1:
-            raise ValueError("rerank top_n and page_budget must be >= 1")
-        if not 0.0 <= self.grid_weight <= 1.0:
-            raise ValueError("grid_weight must be within [0, 1]")
-
 
 def fuse(grid_score: float, page_scores: Sequence[float], grid_weight: float) -> float:
     """The documented fusion of a document's grid score and its best page score."""
     if not page_scores:
         return grid_score
     return grid_weight * grid_score + (1.0 - grid_weight) * max(page_scores)
-
-
-def _tokens(text: str) -> list[str]:
-    return [t.lower() for t in _WORD.findall(text)]
-
-
-def page_bm25(query: str, page_texts: Sequence[str], k1: float = 1.2, b: float = 0.75) -> np.ndarray:
-    """BM25 of the query against each page of one document, with Lucene's always-positive idf.
-
-    Within one document a query term often occurs on half the pages or more,
-    where the classic Robertson idf is zero or negative; ``log(1 + (N - n +
-    0.5) / (n + 0.5))`` keeps such terms counting.
-    """
-    q = set(_tokens(query))
-    docs = [_tokens(t) for t in page_texts]
-    scores = np.zeros(len(docs), dtype=np.float64)
-    if not q or not docs:
-        return scores
-    lengths = np.array([len(d) for d in docs], dtype=np.float64)
-    avg = max(float(lengths.mean()), 1.0)
-    counts = [Counter(d) for d in docs]
-    for term in q:
-        tf = np.array([c.get(term, 0) for c in counts], dtype=np.float64)
-        n = int((tf > 0).sum())
-        if n == 0:
-            continue
-        idf = np.log(1.0 + (len(docs) - n + 0.5) / (n + 0.5))
-        scores += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths / avg))
-    return scores
 
 
 def choose_pages(
@@ -173,3 +129,37 @@ class PageReranker:
             have.update(fresh)
         scores = maxsim([query], [have[n] for n in numbers])[0]
         return {n: float(s) for n, s in zip(numbers, scores)}
+
+
+def rerank_results(
+    reranker: PageReranker,
+    text: str,
+    query: np.ndarray,
+    results: list[SearchResult],
+    settings: RerankSettings,
+    password: str | None = None,
+) -> list[SearchResult]:
+    """Grid-then-page: rescore the top ``settings.top_n`` results from their best pages, fused with the grid score.
+
+    ``query`` is the encoded query ``[n_tokens, dim]``. A document whose
+    source cannot be read keeps its grid score (logged).
+    """
+    head, tail = results[: settings.top_n], results[settings.top_n :]
+    reranked: list[SearchResult] = []
+    for r in head:
+        source = Path(r.source or "")
+        total = int(r.total_pages or 0)
+        try:
+            texts = reranker.page_texts(r.id, source, password)
+            evidence = {e.page - 1: e.share or 0.0 for e in r.evidence_pages}
+            chosen = choose_pages(total, settings.page_budget, text, texts, evidence)
+            scores = reranker.page_scores(r.id, source, chosen, query, password)
+        except (PDFLoadError, OSError) as exc:
+            logger.warning("not reranking %s: %s", r.id, exc)
+            reranked.append(r)
+            continue
+        fused = fuse(r.score, list(scores.values()), settings.grid_weight)
+        ev = [EvidencePage(p, score=s) for p, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+        reranked.append(replace(r, score=fused, grid_score=r.score, reranked=True, evidence_pages=ev))
+    reranked.sort(key=lambda r: (-r.score, r.id))
+    return reranked + tail

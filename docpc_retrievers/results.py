@@ -1,13 +1,32 @@
-"""Result types shared by the index, the CLI and the framework integrations."""
+"""Result types shared by the index, the CLI and the framework integrations: one shape per answer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from .evidence import EvidencePage
 
-__all__ = ["IndexFailure", "IndexReport", "SearchResult"]
+__all__ = ["EvidencePage", "Hit", "IndexFailure", "IndexReport", "SearchResult"]
+
+
+@dataclass(frozen=True)
+class EvidencePage:
+    """A page behind a result (1-based number): its share of the grid's MaxSim, or its own page score."""
+
+    page: int
+    share: float | None = None
+    score: float | None = None
+    label: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"page": self.page}
+        if self.share is not None:
+            out["share"] = round(self.share, 6)
+        if self.score is not None:
+            out["score"] = self.score
+        if self.label is not None:
+            out["label"] = self.label
+        return out
 
 
 @dataclass(frozen=True)
@@ -76,12 +95,24 @@ class IndexFailure:
 
 @dataclass
 class IndexReport:
-    """What an ``add_pdfs`` run did: ids indexed, ids skipped as unchanged, failures."""
+    """What an ``add_pdfs`` run did: ids indexed, ids skipped as unchanged, failures.
+
+    ``images_encoded`` counts grids (or pages, in page mode) sent to the
+    encoder; ``timings`` holds seconds per stage: ``render_s`` (open, select,
+    render, compose), ``encode_s``, ``commit_s`` (grid previews and store
+    writes) and ``total_s`` (the whole call).
+    """
 
     indexed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[IndexFailure] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
+    images_encoded: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        """Accumulate time spent in one stage."""
+        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
 
     @property
     def ok(self) -> bool:
@@ -94,3 +125,29 @@ class IndexReport:
             "skipped": len(self.skipped),
             "failed": [f.to_dict() for f in self.failed],
         }
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a framework integration turns into its own result type: a ranked document with its content.
+
+    ``text`` is the text layer of the selected pages; ``metadata`` the
+    stored keys plus score, rank and evidence (see
+    :func:`docpc_retrievers.adapters.result_metadata`); ``image`` the grid
+    PNG bytes when asked for and kept; ``pages`` the selected pages as
+    ``(page number, PNG bytes, text)`` when page images were asked for.
+    """
+
+    result: SearchResult
+    text: str
+    metadata: dict[str, Any]
+    image: bytes | None = None
+    pages: list[tuple[int, bytes, str]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.result.id
+
+    @property
+    def score(self) -> float:
+        return self.result.score

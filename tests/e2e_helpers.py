@@ -1,7 +1,7 @@
 """Helpers shared by the end-to-end tests of the index engine (test_index.py) and the CLI (test_cli.py).
 
 The ``docpc`` command is run as a real subprocess (the console script next to the
-running interpreter, else ``python -m docpc_retrievers.cli``) with the Hugging Face hub
+running interpreter, else ``python -m docpc_retrievers.cli.app``) with the Hugging Face hub
 offline. Independent commands can run in parallel: each one loads torch and
 colpali-engine (about 15 s of imports), so running them side by side keeps the
 suite short on 2 cores. Output goes to files, never pipes, so a chatty process
@@ -50,11 +50,11 @@ COMMAND_TIMEOUT_S = 420
 
 
 def docpc_command() -> list[str]:
-    """The installed ``docpc`` console script beside this interpreter, else ``python -m docpc_retrievers.cli``."""
+    """The installed ``docpc`` console script beside this interpreter, else ``python -m docpc_retrievers.cli.app``."""
     script = Path(sys.executable).with_name("docpc")
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "docpc_retrievers.cli"]
+    return [sys.executable, "-m", "docpc_retrievers.cli.app"]
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

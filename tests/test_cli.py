@@ -43,8 +43,8 @@ from e2e_helpers import (
 
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.index import DocPCIndex
-from docpc_retrievers.locking import WriterLock
-from docpc_retrievers.sources import document_id
+from docpc_retrievers.store.locking import WriterLock
+from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.testing import build_tiny_colqwen2
 
 pytestmark = [pytest.mark.slow, needs_corpus]
@@ -395,7 +395,7 @@ def test_killed_index_run_keeps_commits_and_rerun_completes_without_duplicates(
 
     # The killed run left no lock behind, and the store opens with what was committed. (Opened in
     # a subprocess: a store damaged by the kill could crash the process that opens it.)
-    lock = WriterLock(store)
+    lock = WriterLock(Path(store) / "write.lock")
     lock.acquire()
     lock.release()
     info = run_docpc("info", "--store", store, "--json")
@@ -476,3 +476,29 @@ def test_second_writer_gets_a_clear_error_and_the_store_stays_intact(
         assert document_id(new_pdf) not in ids
     with DocPCIndex(store, writable=True) as index:  # the holder's death released the lock
         assert len(index) == CORPUS_INDEXABLE
+
+
+def test_inconsistent_store_gives_one_line_not_a_traceback(corpus_store: CorpusStore, tmp_path: Path) -> None:
+    """A store whose vector files vanished: search fails with one line and exit 1; -v adds the traceback."""
+    import shutil
+
+    store = copy_store(corpus_store.path, tmp_path / "broken")
+    shutil.rmtree(store / "vectors")
+    run = run_docpc("search", "annual report", "--store", store)
+    assert run.returncode == 1, run.describe()
+    assert "Traceback" not in run.stderr, run.describe()
+    lines = [line for line in run.stderr.splitlines() if line.startswith("docpc:")]
+    assert len(lines) == 1 and "run with -v for details" in lines[0], run.describe()
+    verbose = run_docpc("search", "annual report", "--store", store, "-v")
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr, verbose.describe()
+
+
+def test_eval_without_the_extra_names_it(tmp_path: Path) -> None:
+    """With rank-bm25 hidden (as on a core-only install) `docpc eval` says which extra to install."""
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "rank_bm25.py").write_text("raise ImportError('hidden for this test')\n")
+    env = subprocess_env(PYTHONPATH=str(blocker))
+    run = run_docpc("eval", str(tmp_path), "--systems", "bm25:all", env=env)
+    assert run.returncode == 1, run.describe()
+    assert "docpc-retrievers[eval]" in run.stderr and "Traceback" not in run.stderr, run.describe()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from docpc_retrievers import DocPCIndex, cli
-from docpc_retrievers.sources import document_id
+from docpc_retrievers.documents.discovery import document_id
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO_ROOT / "examples" / "cli_quickstart.md"

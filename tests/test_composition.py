@@ -1,4 +1,4 @@
-"""Tests of docpc_retrievers.composition: grid shapes, page placement, layout mapping."""
+"""Tests of docpc_retrievers.documents.composition: grid shapes, page placement, layout mapping."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from docpc_retrievers.composition import (
+from docpc_retrievers.documents.composition import (
     DEFAULT_CELL_SIZE,
     CellPlacement,
     ComposedGrid,

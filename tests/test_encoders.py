@@ -253,7 +253,7 @@ def test_family_table_covers_supported_families() -> None:
     import colpali_engine.models as ce_models
 
     for family in SUPPORTED_FAMILIES:
-        spec = encoders._FAMILIES[family]
+        spec = encoders.families._FAMILIES[family]
         assert hasattr(ce_models, spec.model_class), spec.model_class
         assert hasattr(ce_models, spec.processor_class), spec.processor_class
 
@@ -381,13 +381,13 @@ def test_unreachable_hub_fails_fast_without_offline_env(
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     probes: list[bool] = []
-    real_probe = encoders._hub_reachable
+    real_probe = encoders.checkpoints._hub_reachable
 
     def counting_probe(timeout: float = 3.0) -> bool:
         probes.append(result := real_probe(timeout))
         return result
 
-    monkeypatch.setattr(encoders, "_hub_reachable", counting_probe)
+    monkeypatch.setattr(encoders.checkpoints, "_hub_reachable", counting_probe)
     started = time.perf_counter()
     with pytest.raises(ModelLoadError, match="docpc-no-such-org/unreachable-model"):
         ColPaliEncoder("docpc-no-such-org/unreachable-model", device="cpu")
@@ -401,18 +401,18 @@ def test_unreachable_hub_fails_fast_without_offline_env(
 def test_default_dtype_per_device() -> None:
     import torch
 
-    assert encoders._pick_dtype(None, "cuda") is torch.bfloat16
-    assert encoders._pick_dtype(None, "cuda:1") is torch.bfloat16
-    assert encoders._pick_dtype(None, "mps") is torch.float32
-    assert encoders._pick_dtype(None, "cpu") is torch.float32
-    assert encoders._pick_dtype("bf16", "cpu") is torch.bfloat16
-    assert encoders._pick_dtype("torch.float16", "cpu") is torch.float16
-    assert encoders._pick_dtype(torch.float64, "cpu") is torch.float64
+    assert encoders.pick_dtype(None, "cuda") is torch.bfloat16
+    assert encoders.pick_dtype(None, "cuda:1") is torch.bfloat16
+    assert encoders.pick_dtype(None, "mps") is torch.float32
+    assert encoders.pick_dtype(None, "cpu") is torch.float32
+    assert encoders.pick_dtype("bf16", "cpu") is torch.bfloat16
+    assert encoders.pick_dtype("torch.float16", "cpu") is torch.float16
+    assert encoders.pick_dtype(torch.float64, "cpu") is torch.float64
     with pytest.raises(ValueError):
-        encoders._pick_dtype("int8", "cpu")
+        encoders.pick_dtype("int8", "cpu")
     with pytest.raises(ValueError):
-        encoders._pick_device("not-a-device")
-    assert encoders._pick_device("cpu") == "cpu"
+        encoders.pick_device("not-a-device")
+    assert encoders.pick_device("cpu") == "cpu"
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
-            encoders._pick_device("cuda")
+            encoders.pick_device("cuda")

@@ -9,22 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from docpc_retrievers import evaluation
-from docpc_retrievers.cli import main as docpc_main
-from docpc_retrievers.evaluation import (
+from docpc_retrievers.cli.app import main as docpc_main
+from docpc_retrievers.eval import (
     EvaluationReport,
     IndexStats,
     SystemResult,
     SystemSpecError,
-    UnsupportedSystemError,
     expected_random_metric,
     parse_system,
     run_evaluation,
     tokenize,
 )
-from docpc_retrievers.labels import LabelledQuery, load_labelled_corpus
-from docpc_retrievers.metrics import evaluate_run
-from docpc_retrievers.synthetic import generate_corpus
+from docpc_retrievers.eval.corpus import LabelledQuery, load_labelled_corpus
+from docpc_retrievers.eval.metrics import evaluate_run
+from docpc_retrievers.eval.synthetic import generate_corpus
 
 
 @pytest.fixture(autouse=True)
@@ -66,15 +64,9 @@ def test_parse_grid_bm25_random_specs() -> None:
             parse_system(bad)
 
 
-def test_page_and_rerank_specs_are_refused_without_core_support(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evaluation, "core_supports", lambda feature: False)
-    with pytest.raises(UnsupportedSystemError, match="page mode"):
-        parse_system("page:all")
-    with pytest.raises(UnsupportedSystemError, match="rerank"):
-        parse_system("rerank:first:4")
-    with pytest.raises(SystemSpecError, match="expected page"):  # malformed is reported as malformed first
+def test_page_and_rerank_specs() -> None:
+    with pytest.raises(SystemSpecError, match="expected page"):
         parse_system("page:first")
-    monkeypatch.setattr(evaluation, "core_supports", lambda feature: True)
     p = parse_system("page:first:4:mean")
     assert (p.kind, p.strategy, p.pages, p.aggregate) == ("page", "first", 4, "mean")
     assert parse_system("page:all").pages is None and parse_system("page:all:sum").aggregate == "sum"
@@ -165,10 +157,7 @@ def test_visual_systems_need_a_model(tiny_set: Path, tmp_path: Path) -> None:
 
 
 def test_cli_usage_errors_exit_2(tiny_set: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evaluation, "core_supports", lambda feature: False)
     cases = [
-        (["--systems", "page:all", "--model", "m"], "page mode"),
-        (["--systems", "rerank:first:4", "--model", "m"], "rerank"),
         (["--systems", "grid:first:4"], "need --model"),
         (["--systems", "bm25:everything"], "expected bm25"),
         (["--systems", "bm25:all", "bm25:all"], "listed twice"),

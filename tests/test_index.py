@@ -33,13 +33,14 @@ from e2e_helpers import (
     needs_corpus,
 )
 
-from docpc_retrievers.composition import GridLayout
+from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.errors import ModelMismatchError, StoreError, StoreLockedError
+from docpc_retrievers.errors import ModelMismatchError, SettingsMismatchError, StoreError, StoreLockedError
 from docpc_retrievers.index import DocPCIndex, IndexSettings
 from docpc_retrievers.results import IndexReport, SearchResult
-from docpc_retrievers.sources import document_id
-from docpc_retrievers.store import MultiVectorStore
+from docpc_retrievers.documents.discovery import document_id
+from docpc_retrievers.indexing import Indexer
+from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.testing import build_tiny_colqwen2
 
 pytestmark = [pytest.mark.slow, needs_corpus]
@@ -391,9 +392,9 @@ def test_other_strategy_is_recorded_and_used(tmp_path: Path, tiny_encoder: ColPa
 
 
 def test_different_strategy_on_existing_store_raises(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:
-    with pytest.raises(ModelMismatchError, match="strategy"):
+    with pytest.raises(SettingsMismatchError, match="strategy"):
         DocPCIndex(store_copy, settings=IndexSettings(strategy="uniform"), writable=True, encoder=tiny_encoder)
-    with pytest.raises(ModelMismatchError, match="pages"):
+    with pytest.raises(SettingsMismatchError, match="pages"):
         DocPCIndex(store_copy, settings=IndexSettings(pages=9), writable=True, encoder=tiny_encoder)
     # The failed opens released the writer lock; the recorded settings are unchanged.
     with DocPCIndex(store_copy, settings=IndexSettings(), writable=True, encoder=tiny_encoder) as index:
@@ -485,19 +486,19 @@ def test_interrupt_after_records_before_grid_images_is_completed_by_rerun(
     After the re-run every stored document must have its grid image.
     """
     files = [make_pdf(tmp_path / "in" / f"doc{i}.pdf", f"interrupted {i}") for i in range(3)]
-    original = DocPCIndex._save_grids
+    original = Indexer._save_grids
 
-    def interrupted(self: DocPCIndex, batch: object) -> None:
+    def interrupted(self: Indexer, batch: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(DocPCIndex, "_save_grids", interrupted)
+    monkeypatch.setattr(Indexer, "_save_grids", interrupted)
     index = DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True)
     try:
         with pytest.raises(KeyboardInterrupt):
             index.add_pdfs(files, batch_size=1)
     finally:
         index.close()
-    monkeypatch.setattr(DocPCIndex, "_save_grids", original)
+    monkeypatch.setattr(Indexer, "_save_grids", original)
     clear_chroma_cache()
 
     with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
@@ -544,3 +545,33 @@ def test_interrupt_between_new_version_and_old_version_removal_leaves_no_duplica
     with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
         index.add_pdfs([doc])
         assert index.store.ids() == [new_id], f"old version {old_id} is still stored next to {new_id}"
+
+
+def test_unknown_ids_raise_document_not_found(store_copy: Path) -> None:
+    """Every lookup by id names the id and the store, and stays a KeyError for older callers."""
+    from docpc_retrievers.errors import DocumentNotFoundError
+
+    missing = "0" * 32
+    with DocPCIndex(store_copy) as index:
+        lookups = [index.grid_image, index.grid_image_bytes, index.grid_layout, index.render_pages, index.text,
+                   index.metadata, index.store.vectors]
+        for lookup in lookups:
+            with pytest.raises(DocumentNotFoundError, match=missing) as excinfo:
+                lookup(missing)
+            assert isinstance(excinfo.value, KeyError) and str(store_copy.resolve()) in str(excinfo.value)
+        assert index.get([missing]) == []  # get() skips unknown ids, as documented
+
+
+def test_ids_never_become_paths_outside_the_store(store_copy: Path, tmp_path: Path) -> None:
+    """A grid lookup with a path-like id is a not-found error; nothing outside the store is opened."""
+    from PIL import Image
+
+    from docpc_retrievers.errors import DocumentNotFoundError
+
+    Image.new("RGB", (4, 4)).save(tmp_path / "x.png")
+    with DocPCIndex(store_copy) as index:
+        for bad in ("../../x", str(tmp_path / "x"), "../" * 8 + str(tmp_path / "x")[1:], "", "A" * 32):
+            with pytest.raises(DocumentNotFoundError):
+                index.grid_image(bad)
+            with pytest.raises(DocumentNotFoundError):
+                index.grid_image_bytes(bad)

@@ -14,8 +14,8 @@ from PIL import Image
 
 from docpc_retrievers import DocPCIndex, IndexSettings, PDFLoadError
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.pdf import open_pdf
-from docpc_retrievers.sources import document_id
+from docpc_retrievers.documents.pdf import open_pdf
+from docpc_retrievers.documents.discovery import document_id
 
 CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from docpc_retrievers.errors import DocPCError
-from docpc_retrievers.labels import LabelError, LabelledCorpus, LabelledQuery, load_labelled_corpus
+from docpc_retrievers.eval.corpus import LabelError, LabelledCorpus, LabelledQuery, load_labelled_corpus
 
 
 def _pdf(path: Path, text: str = "x") -> Path:

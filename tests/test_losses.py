@@ -192,7 +192,7 @@ def test_exact_ndcg_hand_computed_and_against_metrics() -> None:
     assert values[1].item() == 0.0  # relevant at rank 3, cut at k=2
     ideal = 2 + 1 / math.log2(3)
     assert values[2].item() == pytest.approx(1 / ideal)  # ranking d1 (gain 1), d2 (0); d0 (gain 2) is cut
-    from docpc_retrievers.metrics import ndcg_at_k
+    from docpc_retrievers.eval.metrics import ndcg_at_k
 
     g = torch.Generator().manual_seed(4)
     s = torch.randn(5, 9, generator=g, dtype=torch.float64)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from docpc_retrievers.metrics import (
+from docpc_retrievers.eval.metrics import (
     evaluate_run,
     mrr_at_k,
     ndcg_at_k,

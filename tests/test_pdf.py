@@ -1,4 +1,4 @@
-"""Tests of docpc_retrievers.pdf: opening, metadata, labels, rendering, text and every error kind.
+"""Tests of docpc_retrievers.documents.pdf: opening, metadata, labels, rendering, text and every error kind.
 
 Corpus files (py-pdf-sample-files) are read-only: tests that need modified bytes copy them
 into tmp_path first. Set DOCPC_PDF_CORPUS to point at another checkout of the corpus.
@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from docpc_retrievers.errors import PDFLoadError
-from docpc_retrievers.pdf import DEFAULT_MAX_PIXELS, PDFDocument, PDFInfo, open_pdf
+from docpc_retrievers.documents.pdf import DEFAULT_MAX_PIXELS, PDFDocument, PDFInfo, open_pdf
 
 CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")

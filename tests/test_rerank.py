@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from docpc_retrievers import DocPCIndex, IndexSettings
+from docpc_retrievers.encoders import EncodedImage
 from docpc_retrievers.rerank import RerankSettings, choose_pages, fuse
 
 PATCHES = 4  # the controlled encoder sees every image as a 4x4 grid of patches
@@ -44,6 +45,14 @@ class ColourEncoder:
             v = np.concatenate([small.reshape(-1, 3), np.full((PATCHES * PATCHES, 1), 0.2, np.float32)], axis=1)
             out.append(v / np.linalg.norm(v, axis=1, keepdims=True))
         return out
+
+    def encode_images_with_info(
+        self, images: Sequence[Image.Image], *, batch_size: int | None = None
+    ) -> list[EncodedImage]:
+        """Every row is a visual token, row-major over a PATCHES x PATCHES grid."""
+        return [
+            EncodedImage(e, np.ones(len(e), dtype=bool), (PATCHES, PATCHES)) for e in self.encode_images(images)
+        ]
 
     def encode_queries(self, queries: Sequence[str], *, batch_size: int | None = None) -> list[np.ndarray]:
         out = []

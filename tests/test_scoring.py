@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from docpc_retrievers.scoring import maxsim, maxsim_half, maxsim_padded, maxsim_reference, pad_vectors
+from docpc_retrievers.scoring.maxsim import maxsim, maxsim_half, maxsim_padded, maxsim_reference, pad_vectors
 
 
 def _unit(rng: np.random.Generator, n: int, dim: int = 16) -> np.ndarray:

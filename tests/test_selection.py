@@ -1,4 +1,4 @@
-"""Tests of docpc_retrievers.selection: every strategy's contract, k-means clustering, thumbnails."""
+"""Tests of docpc_retrievers.documents.selection: every strategy's contract, k-means clustering, thumbnails."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pymupdf
 import pytest
 from PIL import Image
 
-from docpc_retrievers.pdf import open_pdf
-from docpc_retrievers.selection import (
+from docpc_retrievers.documents.pdf import open_pdf
+from docpc_retrievers.documents.selection import (
     CLUSTER_THUMBNAIL_FIT,
     STRATEGIES,
     select_document_pages,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from docpc_retrievers.errors import ModelMismatchError, StoreError, StoreLockedError
-from docpc_retrievers.scoring import maxsim
-from docpc_retrievers.store import MultiVectorStore
+from docpc_retrievers.scoring.maxsim import maxsim
+from docpc_retrievers.store.multivector import MultiVectorStore
 
 DIM = 32
 

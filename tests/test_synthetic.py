@@ -9,8 +9,8 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from docpc_retrievers.labels import load_labelled_corpus
-from docpc_retrievers.synthetic import DOMAINS, generate_corpus, main
+from docpc_retrievers.eval.corpus import load_labelled_corpus
+from docpc_retrievers.eval.synthetic import DOMAINS, generate_corpus, main
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def topic_corpora(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 
 @pytest.fixture(scope="module")
 def train_grids(topic_corpora: tuple[Path, Path]) -> GridDataset:
-    from docpc_retrievers.labels import load_labelled_corpus
+    from docpc_retrievers.eval.corpus import load_labelled_corpus
 
     data = GridDataset(load_labelled_corpus(topic_corpora[0]), SPEC)
     data.prepare()
@@ -68,7 +68,7 @@ def train_grids(topic_corpora: tuple[Path, Path]) -> GridDataset:
 
 @pytest.fixture(scope="module")
 def held_out_grids(topic_corpora: tuple[Path, Path]) -> GridDataset:
-    from docpc_retrievers.labels import load_labelled_corpus
+    from docpc_retrievers.eval.corpus import load_labelled_corpus
 
     data = GridDataset(load_labelled_corpus(topic_corpora[1]), SPEC)
     data.prepare()
@@ -156,7 +156,7 @@ def test_sampler_document_cap() -> None:
 def test_grid_dataset_builds_caches_and_skips_broken_documents(tmp_path: Path, topic_corpora: tuple[Path, Path]) -> None:
     import shutil
 
-    from docpc_retrievers.labels import load_labelled_corpus
+    from docpc_retrievers.eval.corpus import load_labelled_corpus
 
     root = tmp_path / "corpus"
     shutil.copytree(topic_corpora[0], root)
@@ -289,7 +289,7 @@ def test_resume_needs_a_checkpoint(tmp_path: Path, tiny_checkpoint: Path, train_
 def _docpc(*args: str | os.PathLike[str], timeout: float = 420) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", ANONYMIZED_TELEMETRY="False",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    argv = [sys.executable, "-m", "docpc_retrievers.cli", *map(os.fspath, args)]
+    argv = [sys.executable, "-m", "docpc_retrievers.cli.app", *map(os.fspath, args)]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -329,17 +329,17 @@ def test_cli_train_writes_a_checkpoint_that_index_and_search_use(
 
 
 def test_cli_train_usage_errors(tmp_path: Path, topic_corpora: tuple[Path, Path]) -> None:
-    from docpc_retrievers import cli
+    from docpc_retrievers import cli as cli_main
 
     train = topic_corpora[0]
     with pytest.raises(SystemExit) as excinfo:
-        cli.main(["train", str(train), "--model", "m", "--out", str(tmp_path / "o"), "--eval-every", "2"])
+        cli_main.main(["train", str(train), "--model", "m", "--out", str(tmp_path / "o"), "--eval-every", "2"])
     assert excinfo.value.code == 2
     with pytest.raises(SystemExit) as excinfo:
-        cli.main(["train", str(tmp_path / "missing"), "--model", "m", "--out", str(tmp_path / "o")])
+        cli_main.main(["train", str(tmp_path / "missing"), "--model", "m", "--out", str(tmp_path / "o")])
     assert excinfo.value.code == 2
     with pytest.raises(SystemExit) as excinfo:
-        cli.main(["train", str(train), "--model", "m", "--out", str(tmp_path / "o"), "--loss", "triplet"])
+        cli_main.main(["train", str(train), "--model", "m", "--out", str(tmp_path / "o"), "--loss", "triplet"])
     assert excinfo.value.code == 2
     assert not (tmp_path / "o").exists()
 

@@ -9,7 +9,7 @@ shade, position and shape. Documents of one topic are relevant with grade 2; "mi
 documents carry pages of two topics and are relevant to both with grade 1, so each query has
 several positives and some positives are shared between queries.
 
-Written in the simple JSONL form of :mod:`docpc_retrievers.labels`: ``queries.jsonl``
+Written in the simple JSONL form of :mod:`docpc_retrievers.eval.corpus`: ``queries.jsonl``
 (``query_id``, ``query``, ``positives`` as ``{doc id: grade}``, ``domain``) and
 ``pdfs/<doc id>.pdf``. The same arguments give the same files.
 """

@@ -3,7 +3,7 @@
 Why this module exists: the losses need, per batch, a set of queries, a set of document
 grids and the *labelled* relevance between every query and every document of the batch
 (not "document i belongs to query i"). :class:`GridDataset` turns a labelled corpus
-(:class:`docpc_retrievers.labels.LabelledCorpus`, or anything with the same
+(:class:`docpc_retrievers.eval.corpus.LabelledCorpus`, or anything with the same
 ``documents``/``queries`` attributes) into grid images composed exactly as the index
 composes them (page selection strategy, K, grid shape, cell size), cached in memory and
 optionally on disk. :class:`MultiPositiveBatchSampler` packs queries into batches so that
@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import math
-import operator
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from PIL import Image
 
-from ..composition import DEFAULT_CELL_SIZE, compose_grid, grid_shape
-from ..errors import DocPCError, PDFLoadError
-from ..selection import STRATEGIES
+from docpc_retrievers.config import GridSpec
+from docpc_retrievers.documents.composition import compose_grid
+from docpc_retrievers.errors import DocPCError, PDFLoadError
 
 if TYPE_CHECKING:
     import torch
@@ -61,70 +60,6 @@ class LabelledCorpusLike(Protocol):
 
 
 @dataclass(frozen=True)
-class GridSpec:
-    """How a document becomes one grid image at training time (may differ from the index's settings).
-
-    ``strategy``: page selection (see :data:`docpc_retrievers.selection.STRATEGIES`);
-    ``pages``: K; ``grid``: explicit ``(rows, cols)`` (default: the near-square grid holding K);
-    ``cell_size``: (width, height) of a cell in pixels; ``seed``: for ``random``/``cluster``.
-    """
-
-    strategy: str = "first"
-    pages: int = 4
-    grid: tuple[int, int] | None = None
-    cell_size: tuple[int, int] = DEFAULT_CELL_SIZE
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        if isinstance(self.pages, bool) or operator.index(self.pages) < 1:
-            raise ValueError(f"pages (K) must be >= 1, got {self.pages!r}")
-        if len(self.cell_size) != 2 or any(operator.index(v) < 1 for v in self.cell_size):
-            raise ValueError(f"cell_size must be (width, height) >= 1, got {self.cell_size!r}")
-        object.__setattr__(self, "cell_size", (int(self.cell_size[0]), int(self.cell_size[1])))
-        if self.grid is not None:
-            rows, cols = (operator.index(v) for v in self.grid)
-            if rows < 1 or cols < 1 or rows * cols < self.pages:
-                raise ValueError(f"a {rows}x{cols} grid cannot hold {self.pages} pages")
-            object.__setattr__(self, "grid", (rows, cols))
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(rows, cols) of the grid."""
-        return self.grid if self.grid is not None else grid_shape(self.pages)
-
-    @property
-    def image_size(self) -> tuple[int, int]:
-        """(width, height) in pixels of every grid image."""
-        rows, cols = self.shape
-        return self.cell_size[0] * cols, self.cell_size[1] * rows
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict; :meth:`from_dict` reverses it."""
-        rows, cols = self.shape
-        return {
-            "strategy": self.strategy,
-            "pages": self.pages,
-            "grid": [rows, cols],
-            "cell_size": list(self.cell_size),
-            "seed": self.seed,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GridSpec:
-        """Rebuild from :meth:`to_dict` output."""
-        grid = data.get("grid")
-        return cls(
-            strategy=str(data.get("strategy", "first")),
-            pages=int(data.get("pages", 4)),
-            grid=(int(grid[0]), int(grid[1])) if grid else None,
-            cell_size=tuple(int(v) for v in data.get("cell_size", DEFAULT_CELL_SIZE)),  # type: ignore[arg-type]
-            seed=int(data.get("seed", 0)),
-        )
-
-
-@dataclass(frozen=True)
 class TrainingQuery:
     """A query usable for training: text and graded positives restricted to documents that are available."""
 
@@ -141,7 +76,7 @@ class TrainingQuery:
 class GridDataset:
     """Documents of a labelled corpus as grid images, plus the queries that have positives among them.
 
-    ``corpus``: a :class:`~docpc_retrievers.labels.LabelledCorpus` (or the same attributes).
+    ``corpus``: a :class:`~docpc_retrievers.eval.corpus.LabelledCorpus` (or the same attributes).
     ``spec``: how grids are built. ``cache_dir``: optional folder for PNG copies of the grids
     (keyed by spec and file size/mtime, so a changed PDF or spec is re-rendered); grids are
     always kept in memory once built. ``password``: for encrypted PDFs.
@@ -223,8 +158,8 @@ class GridDataset:
         return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.png"
 
     def _render(self, doc_id: str) -> Image.Image:
-        from ..pdf import open_pdf
-        from ..selection import select_document_pages
+        from docpc_retrievers.documents.pdf import open_pdf
+        from docpc_retrievers.documents.selection import select_document_pages
 
         spec = self.spec
         with open_pdf(self._paths[doc_id], password=self.password) as doc:

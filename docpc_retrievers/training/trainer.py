@@ -18,7 +18,7 @@ loads, on grids built like the index builds them, with the losses of
   ``torch.load(weights_only=True)``). A resumed run continues at the same step, so the
   listwise schedule (steps m, 2m, ...) is unchanged.
 - Both loss terms are logged separately (``logging`` and a tqdm progress bar); an optional
-  held-out evaluation reports NDCG@5 (trec_eval conventions, :mod:`docpc_retrievers.metrics`).
+  held-out evaluation reports NDCG@5 (trec_eval conventions, :mod:`docpc_retrievers.eval.metrics`).
 
 Layout of ``OUT``: the final model (config, weights, processor files, ``docpc_training.json``)
 and its ``trainer_state/``; ``checkpoint-<step>/`` folders (same content) when
@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
-from .. import __version__
-from ..encoders import ColPaliEncoder
-from ..errors import DocPCError
-from .data import GridDataset, GridSpec, LabelledCorpusLike, MultiPositiveBatchSampler, TrainingBatch
-from .losses import (
+from docpc_retrievers import __version__
+from docpc_retrievers.encoders import ColPaliEncoder
+from docpc_retrievers.errors import DocPCError
+from docpc_retrievers.scoring.maxsim import maxsim_reference
+from docpc_retrievers.training.data import GridDataset, GridSpec, LabelledCorpusLike, MultiPositiveBatchSampler, TrainingBatch
+from docpc_retrievers.training.losses import (
     DEFAULT_LISTWISE_ALPHA,
     DEFAULT_LISTWISE_EVERY,
     DEFAULT_LISTWISE_K,
@@ -271,11 +271,6 @@ class TrainingResult:
 # --------------------------------------------------------------------------- evaluation
 
 
-def _maxsim_numpy(query: np.ndarray, doc: np.ndarray) -> float:
-    """MaxSim of one query ``[Lq, dim]`` against one document ``[Ld, dim]`` (padding already removed)."""
-    return float((query @ doc.T).max(axis=1).sum())
-
-
 def evaluate_ndcg(
     encoder: ColPaliEncoder,
     dataset: GridDataset,
@@ -286,11 +281,11 @@ def evaluate_ndcg(
     """NDCG@k of ``encoder`` ranking every document of ``dataset`` for each of its queries.
 
     Documents are the dataset's grids (exhaustive MaxSim, no index); metrics follow trec_eval
-    (:func:`docpc_retrievers.metrics.evaluate_run`: linear gains, ties by doc id descending,
+    (:func:`docpc_retrievers.eval.metrics.evaluate_run`: linear gains, ties by doc id descending,
     mean over all labelled queries). Returns ``{"ndcg@k": mean, "per_query": {qid: value},
     "queries": n, "documents": n}``.
     """
-    from ..metrics import evaluate_run
+    from docpc_retrievers.eval.metrics import evaluate_run
 
     doc_ids = dataset.doc_ids
     queries = dataset.queries
@@ -299,7 +294,7 @@ def evaluate_ndcg(
     doc_embeddings = encoder.encode_images(dataset.grids(doc_ids), batch_size=batch_size)
     query_embeddings = encoder.encode_queries([q.text for q in queries], batch_size=batch_size)
     run = {
-        q.query_id: {d: _maxsim_numpy(qe, de) for d, de in zip(doc_ids, doc_embeddings)}
+        q.query_id: {d: maxsim_reference(qe, de) for d, de in zip(doc_ids, doc_embeddings)}
         for q, qe in zip(queries, query_embeddings)
     }
     name = f"ndcg@{k}"
@@ -425,9 +420,9 @@ class Trainer:
     def _device_and_dtype(self) -> tuple[str, Any, bool]:
         import torch
 
-        from ..encoders import _pick_device
+        from docpc_retrievers.encoders import pick_device
 
-        device = _pick_device(self.config.device)
+        device = pick_device(self.config.device)
         cuda = device.startswith("cuda")
         bf16 = cuda if self.config.bf16 is None else bool(self.config.bf16)
         if bf16 and not cuda:
@@ -450,7 +445,7 @@ class Trainer:
                 )
             # Remember the checkpoint's own cap: the saved processor keeps it (the train-time cap is a run setting).
             self._original_longest_edge = encoder.processor.image_processor.size["longest_edge"]
-            encoder._set_max_visual_tokens(cap)
+            encoder.set_max_visual_tokens(cap)
         return encoder
 
     def _prepare_model(self, encoder: ColPaliEncoder) -> Any:

@@ -7,20 +7,15 @@ of those pages. No model is loaded; nothing is encoded or stored.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator
 
-from docpc_retrievers import DocPCIndex, IndexSettings, PDFLoadError
-from docpc_retrievers.composition import DEFAULT_CELL_SIZE
-from docpc_retrievers.sources import discover_pdfs
+from docpc_retrievers.adapters import IMAGE_MIME_TYPE, PathLike, b64_png, compose_pdfs, path_list
+from docpc_retrievers.config import GridSpec
+from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE
 from langchain_core.document_loaders import BaseLoader
 from langchain_core.documents import Document
 
-from ._common import IMAGE_MIME_TYPE, PathLike, b64_png, clean_metadata, path_list
-
 __all__ = ["DocPCLoader"]
-
-logger = logging.getLogger(__name__)
 
 
 class DocPCLoader(BaseLoader):
@@ -55,28 +50,13 @@ class DocPCLoader(BaseLoader):
         raise_on_error: bool = False,
     ) -> None:
         self.paths = path_list(paths)
-        self.settings = IndexSettings(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
+        self.settings = GridSpec(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
         self.password = password
         self.raise_on_error = raise_on_error
 
     def lazy_load(self) -> Iterator[Document]:
         """Yield one Document per readable PDF, composing each grid only when it is reached."""
-        seen: set[str] = set()
-        for path in discover_pdfs(self.paths):
-            try:
-                doc_id, grid, metadata, text = DocPCIndex.compose_pdf(
-                    path, settings=self.settings, password=self.password
-                )
-            except PDFLoadError as exc:
-                if self.raise_on_error:
-                    raise
-                logger.warning("skipping %s", exc)
-                continue
-            if doc_id in seen:
-                logger.info("skipping %s: same content as a file already loaded", path)
-                continue
-            seen.add(doc_id)
-            metadata = clean_metadata(metadata)
-            metadata["image_base64"] = b64_png(grid.image)
-            metadata["image_mime_type"] = IMAGE_MIME_TYPE
-            yield Document(id=doc_id, page_content=text, metadata=metadata)
+        for doc in compose_pdfs(self.paths, self.settings, password=self.password, raise_on_error=self.raise_on_error):
+            assert doc.grid is not None
+            metadata = {**doc.metadata, "image_base64": b64_png(doc.grid.image), "image_mime_type": IMAGE_MIME_TYPE}
+            yield Document(id=doc.doc_id, page_content=doc.text, metadata=metadata)

@@ -1,58 +1,50 @@
 """``DocPCRetriever``: LangChain retriever over a DocPC index, one ``Document`` per ranked PDF.
 
-Why: LangChain users compose retrievers into chains; this adapter makes a
-:class:`docpc_retrievers.DocPCIndex` one of them. ``page_content`` is the
-text of the document's selected pages (for text LLMs); the composed grid
-travels in ``metadata["image_base64"]`` (PNG) so a multimodal LLM can read it.
+Options, search and images come from :mod:`docpc_retrievers.adapters`; this
+module only maps hits to LangChain's ``Document``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from docpc_retrievers import DocPCIndex, IndexSettings, SearchResult
+from docpc_retrievers import DocPCIndex, IndexSettings
+from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, IMAGE_MIME_TYPE, PathLike, RetrieverOptions, b64_png
+from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options
+from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.results import Hit
+from docpc_retrievers.store.layout import StoreLayout
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._common import IMAGE_MIME_TYPE, PathLike, b64_png, check_query, path_list, result_metadata
-
 __all__ = ["DEFAULT_K", "DEFAULT_PAGE_DPI", "DocPCRetriever"]
 
-logger = logging.getLogger(__name__)
-
-DEFAULT_K = 5
-#: Resolution of on-demand page images (``return_images="pages"``).
-DEFAULT_PAGE_DPI = 144.0
+DEFAULT_K = DEFAULT_TOP_K
 
 #: invoke() forwards every keyword it gets; these are LangChain's own and carry no meaning here.
 _IGNORED_KWARGS = frozenset({"verbose"})
+#: Retriever fields that are core options under another name (LangChain spells top k and filters its own way).
+_RENAMED = {"k": "top_k", "filter": "filters"}
+_OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
+                  "return_images", "page_dpi")
 
 
 class DocPCRetriever(BaseRetriever):
     """Rank whole PDFs by visual late-interaction (MaxSim) over their composed page grids.
 
-    Build one with :meth:`from_pdfs` (indexes PDFs), :meth:`from_persist_dir`
-    or ``DocPCRetriever(persist_dir=...)`` (opens a store read-only), or
-    ``DocPCRetriever(index=...)`` with an open :class:`~docpc_retrievers.DocPCIndex`.
-    Each result is a ``Document`` with ``id`` the document id, ``page_content``
-    the text layer of the selected pages, and ``metadata`` the stored keys
-    (``source``, ``file_name``, ``title``, ``total_pages``, ``selected_pages``
-    (1-based), ``selected_labels``, ``strategy``, ...) plus ``score``, ``rank``,
-    ``evidence_pages`` (1-based, the page behind most of the score first),
-    after reranking ``reranked`` and ``grid_score``, and the image:
-    ``image_base64`` (the grid PNG) or, with ``return_images="pages"``,
-    ``page_images_base64`` (one PNG per selected page, rendered from the
-    source PDF on demand), with ``image_mime_type``. Page-mode stores keep
-    no grid, so their documents carry no ``image_base64``.
-
-    ``invoke(query, k=..., filter=..., rerank=...)`` overrides those fields per call.
+    Build one with :meth:`from_pdfs`, :meth:`from_persist_dir` or ``DocPCRetriever(persist_dir=...)``
+    (read-only), or ``DocPCRetriever(index=...)``. Each result is a ``Document`` with ``id`` the
+    document id, ``page_content`` the text of the selected pages and ``metadata`` the stored keys
+    (``source``, ``title``, ``total_pages``, ``selected_pages`` (1-based), ...) plus ``score``,
+    ``rank``, ``evidence_pages``, after reranking ``reranked`` and ``grid_score``, and the image:
+    ``image_base64`` (the grid PNG) or, with ``return_images="pages"``, ``page_images_base64``,
+    with ``image_mime_type``. ``invoke(query, k=..., filter=..., rerank=...)`` overrides per call.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -61,6 +53,8 @@ class DocPCRetriever(BaseRetriever):
     """Documents to return; 0 returns nothing, more than the corpus returns the whole corpus."""
     filter: dict[str, Any] | None = None
     """Chroma ``where`` filter on stored metadata, e.g. ``{"total_pages": {"$gte": 2}}``."""
+    aggregate: Literal["max", "mean", "sum"] = "max"
+    """Page-mode stores: page scores combined by MaxP (``max``), AvgP (``mean``) or SumP (``sum``)."""
     rerank: bool = False
     """Grid-then-page reranking: rescore the top documents from some of their pages at full resolution."""
     rerank_top_n: int | None = Field(default=None, ge=1)
@@ -82,7 +76,6 @@ class DocPCRetriever(BaseRetriever):
 
     _index: DocPCIndex = PrivateAttr()
     _owns_index: bool = PrivateAttr(default=False)
-    _warned_no_grid: bool = PrivateAttr(default=False)
 
     def __init__(
         self,
@@ -100,17 +93,12 @@ class DocPCRetriever(BaseRetriever):
                 raise ValueError("pass either index or persist_dir (with model/encoder), not both")
             self._index = index
         elif self.persist_dir is not None:
-            self._index = DocPCIndex(
-                Path(self.persist_dir).expanduser(), model=self.model, encoder=encoder, encoder_kwargs=encoder_kwargs
-            )
+            self._index = open_index(Path(self.persist_dir), model=self.model, encoder=encoder, encoder_kwargs=encoder_kwargs)
             self._owns_index = True
         else:
-            raise ValueError(
-                "DocPCRetriever needs index=DocPCIndex(...) or persist_dir=...; "
-                "to index PDFs use DocPCRetriever.from_pdfs"
-            )
+            raise ValueError("DocPCRetriever needs index=DocPCIndex(...) or persist_dir=...; to index PDFs use from_pdfs")
+        self.options()  # every option fails now, not at the first query
 
-    # ------------------------------------------------------------ constructors
     @classmethod
     def from_pdfs(
         cls,
@@ -127,30 +115,19 @@ class DocPCRetriever(BaseRetriever):
         encoder_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> DocPCRetriever:
-        """Index PDF files and folders and return a retriever over them.
+        """Index PDF files and folders and return a retriever over them (its options saved with a ``persist_dir``).
 
-        With ``persist_dir`` the store is created there, or reopened and
-        extended (unchanged files are skipped); without it a temporary store
-        is used and deleted by :meth:`close`. ``strategy`` (default
-        ``"first"``) and ``pages`` (K, default 4), or a full ``settings``, apply to new stores. Files
-        that cannot be indexed are logged and skipped (see
-        ``retriever.index.last_report``). The retriever holds the store's
-        writer lock until :meth:`close`. ``kwargs`` are retriever fields (k, filter, ...).
+        Without ``persist_dir`` a temporary store is deleted by :meth:`close`. Failures are
+        logged and in ``retriever.index.last_report``. ``kwargs`` are retriever fields (k, filter, ...).
         """
-        index = DocPCIndex.from_pdfs(
-            path_list(paths),
-            persist_dir,
-            model=model,
-            encoder=encoder,
-            settings=settings,
-            strategy=strategy,
-            pages=pages,
-            password=password,
-            progress=progress,
-            encoder_kwargs=encoder_kwargs,
+        index = build_index(
+            paths, persist_dir=persist_dir, model=model, encoder=encoder, strategy=strategy, pages=pages,
+            settings=settings, password=password, progress=progress, encoder_kwargs=encoder_kwargs,
         )
         try:
             retriever = cls(index=index, password=password, **kwargs)
+            if persist_dir is not None:
+                save_options(index.layout, retriever.options())
         except BaseException:
             index.close()
             raise
@@ -158,30 +135,23 @@ class DocPCRetriever(BaseRetriever):
         return retriever
 
     @classmethod
-    def from_persist_dir(
-        cls,
-        persist_dir: PathLike,
-        *,
-        model: PathLike | None = None,
-        encoder: Encoder | None = None,
-        encoder_kwargs: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> DocPCRetriever:
-        """Open a store read-only (written by the core, the CLI or another retriever)."""
-        return cls(
-            persist_dir=str(persist_dir),
-            model=str(model) if model is not None else None,
-            encoder=encoder,
-            encoder_kwargs=encoder_kwargs,
-            **kwargs,
-        )
+    def from_persist_dir(cls, persist_dir: PathLike, **kwargs: Any) -> DocPCRetriever:
+        """Open a store read-only; options saved with it are restored and ``kwargs`` override them."""
+        saved = saved_options(StoreLayout.at(persist_dir))
+        saved = {next((f for f, o in _RENAMED.items() if o == k), k): v for k, v in saved.items()}
+        return cls(persist_dir=str(persist_dir), **{**saved, **kwargs})
 
     @property
     def index(self) -> DocPCIndex:
         """The underlying DocPC index (search, add PDFs, info)."""
         return self._index
 
-    # -------------------------------------------------------------- retrieval
+    def options(self, **overrides: Any) -> RetrieverOptions:
+        """The current fields (with per-call ``overrides``) as the core's checked options."""
+        values = {f: getattr(self, f) for f in _OPTION_FIELDS}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return RetrieverOptions.from_framework(values, _RENAMED, password=self.password)
+
     def _get_relevant_documents(
         self,
         query: str,
@@ -192,86 +162,17 @@ class DocPCRetriever(BaseRetriever):
         rerank: bool | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        query = check_query(query)
         unknown = set(kwargs) - _IGNORED_KWARGS
         if unknown:
-            raise TypeError(
-                f"DocPCRetriever got unexpected keyword arguments {sorted(unknown)}; it accepts k, filter and rerank"
-            )
-        top_k = self.k if k is None else k
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-            raise ValueError(f"k must be an integer >= 0, got {top_k!r}")
-        where = self.filter if filter is None else filter
-        filters = dict(where) if where else None
-        # The core serialises reranking and PDF rendering itself (PyMuPDF is not thread-safe).
-        results = self._index.search(
-            query,
-            top_k,
-            filters=filters,
-            rerank=self.rerank if rerank is None else rerank,
-            rerank_top_n=self.rerank_top_n,
-            page_budget=self.page_budget,
-            grid_weight=self.grid_weight,
-            password=self.password,
-        )
-        logger.debug("DocPC retrieved %d documents for %r", len(results), query)
-        return self._to_documents(results)
+            raise TypeError(f"DocPCRetriever got unexpected keyword arguments {sorted(unknown)}; it accepts k, filter and rerank")
+        return [_document(hit) for hit in retrieve(self._index, query, self.options(k=k, filter=filter, rerank=rerank))]
 
     async def _aget_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
-        filter: Mapping[str, Any] | None = None,  # noqa: A002
-        rerank: bool | None = None,
-        **kwargs: Any,
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         """The sync search in a worker thread, so the event loop keeps running while the query encodes."""
-        return await asyncio.to_thread(
-            self._get_relevant_documents,
-            query,
-            run_manager=run_manager.get_sync(),
-            k=k,
-            filter=filter,
-            rerank=rerank,
-            **kwargs,
-        )
+        return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(), **kwargs)
 
-    def _to_documents(self, results: list[SearchResult]) -> list[Document]:
-        if not results:
-            return []
-        texts = self._index.store.texts([r.id for r in results])
-        docs: list[Document] = []
-        for r in results:
-            metadata = result_metadata(r)
-            if self.return_images == "grid":
-                grid = self._grid_png(r)
-                if grid is not None:
-                    metadata["image_base64"] = b64_png(grid)
-                    metadata["image_mime_type"] = IMAGE_MIME_TYPE
-            elif self.return_images == "pages":
-                pages = self._index.render_pages(r.id, dpi=self.page_dpi, password=self.password)
-                metadata["page_images_base64"] = [b64_png(image) for _, image, _ in pages]
-                metadata["image_mime_type"] = IMAGE_MIME_TYPE
-            docs.append(Document(id=r.id, page_content=texts.get(r.id, ""), metadata=metadata))
-        return docs
-
-    def _grid_png(self, r: SearchResult) -> bytes | None:
-        """The stored grid PNG; None for page-mode stores, which keep no grid (warned once)."""
-        try:
-            return self._index.grid_image_bytes(r.id)
-        except KeyError:
-            if r.metadata.get("mode") != "page":
-                raise
-            if not self._warned_no_grid:
-                logger.warning(
-                    "store %s is page-mode: it has no grid images; use return_images='pages'", self._index.path
-                )
-                self._warned_no_grid = True
-            return None
-
-    # ---------------------------------------------------------------- lifetime
     def close(self) -> None:
         """Close the index when this retriever opened it (from_pdfs, from_persist_dir, persist_dir=...)."""
         if self._owns_index:
@@ -282,3 +183,12 @@ class DocPCRetriever(BaseRetriever):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _document(hit: Hit) -> Document:
+    metadata = dict(hit.metadata)
+    if hit.image is not None:
+        metadata.update(image_base64=b64_png(hit.image), image_mime_type=IMAGE_MIME_TYPE)
+    elif hit.pages:
+        metadata.update(page_images_base64=[b64_png(png) for _, png, _ in hit.pages], image_mime_type=IMAGE_MIME_TYPE)
+    return Document(id=hit.id, page_content=hit.text, metadata=metadata)

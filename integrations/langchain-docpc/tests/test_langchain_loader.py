@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from docpc_langchain_testsupport import (
+from docpc_retrievers import adapters
+from docpc_retrievers.testing.support import (
     ENCRYPTED,
     ENCRYPTED_PASSWORD,
     FOUR_PAGES,
@@ -20,8 +21,8 @@ from langchain_core.documents import Document
 
 from docpc_retrievers import DocPCIndex, PDFLoadError
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.pdf import open_pdf
-from docpc_retrievers.sources import document_id
+from docpc_retrievers.documents.pdf import open_pdf
+from docpc_retrievers.documents.discovery import document_id
 from langchain_docpc import DocPCLoader
 
 
@@ -47,13 +48,13 @@ def test_one_document_per_pdf(small_pdfs: list[Path]) -> None:
 
 def test_lazy_load_is_a_lazy_generator(small_pdfs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    original = DocPCIndex.compose_pdf
+    original = adapters.represent_pdf
 
-    def counting(path: Path, **kwargs: object) -> object:
+    def counting(path: Path, *args: object, **kwargs: object) -> object:
         calls.append(Path(path))
-        return original(path, **kwargs)  # type: ignore[arg-type]
+        return original(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DocPCIndex, "compose_pdf", counting)
+    monkeypatch.setattr(adapters, "represent_pdf", counting)
     gen = DocPCLoader(small_pdfs).lazy_load()
     assert inspect.isgenerator(gen)
     assert calls == []

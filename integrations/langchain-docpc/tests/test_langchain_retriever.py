@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from docpc_langchain_testsupport import ENCRYPTED, ENCRYPTED_PASSWORD, decode_b64_image, needs_corpus, same_pixels
+from docpc_retrievers.testing.support import ENCRYPTED, ENCRYPTED_PASSWORD, decode_b64_image, needs_corpus, same_pixels
 from langchain_core.documents import Document
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.pdf import open_pdf
+from docpc_retrievers.documents.pdf import open_pdf
 from langchain_docpc import DEFAULT_K, DocPCRetriever
 
 QUERIES = [
@@ -220,13 +220,13 @@ async def test_ainvoke_matches_invoke_and_takes_k(retriever: DocPCRetriever) -> 
 async def test_ainvoke_does_not_block_the_event_loop(
     retriever: DocPCRetriever, corpus_index: DocPCIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = corpus_index.search
+    original = corpus_index.search_with
 
     def slow_search(*args: object, **kwargs: object) -> object:
         time.sleep(0.5)
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(corpus_index, "search", slow_search)
+    monkeypatch.setattr(corpus_index, "search_with", slow_search)
     ticks = 0
     done = asyncio.Event()
 
@@ -312,3 +312,29 @@ def test_in_an_lcel_chain_with_a_fake_llm(retriever: DocPCRetriever) -> None:
     assert chain.invoke(QUERIES[0]) == "the answer"
     names = [d.metadata["file_name"] for d in retriever.invoke(QUERIES[0])]
     assert all(f"[{name}]" in seen[0] for name in names)
+
+
+def test_options_given_to_from_pdfs_persist_with_the_store(
+    tmp_path: Path, small_pdfs: list[Path], tiny_encoder: ColPaliEncoder
+) -> None:
+    """from_pdfs(persist_dir=D, k=3) then from_persist_dir(D) returns 3; explicit arguments win."""
+    store = tmp_path / "store"
+    with DocPCRetriever.from_pdfs(small_pdfs, persist_dir=store, encoder=tiny_encoder, k=3, return_images=None):
+        pass
+    with DocPCRetriever.from_persist_dir(store, encoder=tiny_encoder) as reopened:
+        assert (reopened.k, reopened.return_images) == (3, None)
+        assert len(reopened.invoke(QUERIES[0])) == 3
+    with DocPCRetriever.from_persist_dir(store, encoder=tiny_encoder, k=1) as explicit:
+        assert len(explicit.invoke(QUERIES[0])) == 1
+
+
+def test_aggregate_reaches_page_mode_search(tmp_path: Path, small_pdfs: list[Path], tiny_encoder: ColPaliEncoder) -> None:
+    """aggregate= picks MaxP, AvgP or SumP on a page-mode store, as the core's search does."""
+    from docpc_retrievers import IndexSettings
+
+    settings = IndexSettings(mode="page", pages=None)
+    with DocPCRetriever.from_pdfs(small_pdfs, encoder=tiny_encoder, settings=settings, return_images=None) as r:
+        for aggregate in ("max", "mean", "sum"):
+            expected = r.index.search(QUERIES[0], 5, aggregate=aggregate)
+            got = DocPCRetriever(index=r.index, aggregate=aggregate, return_images=None).invoke(QUERIES[0])
+            assert [(d.id, d.metadata["score"]) for d in got] == [(e.id, e.score) for e in expected]

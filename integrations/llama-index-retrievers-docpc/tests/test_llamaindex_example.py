@@ -12,11 +12,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from docpc_llamaindex_testsupport import REPO_ROOT
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.encoders import ColPaliEncoder
 from llama_index.retrievers.docpc import DocPCRetriever
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = REPO_ROOT / "examples" / "llamaindex_quickstart.py"
 QUERY = "a table of results"

@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from docpc_llamaindex_testsupport import (
+from docpc_retrievers import adapters
+from docpc_retrievers.testing.support import (
     ENCRYPTED,
     ENCRYPTED_PASSWORD,
     FOUR_PAGES,
@@ -20,8 +21,8 @@ from llama_index.core.schema import ImageDocument, MetadataMode
 
 from docpc_retrievers import DocPCIndex, PDFLoadError
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.pdf import open_pdf
-from docpc_retrievers.sources import document_id
+from docpc_retrievers.documents.pdf import open_pdf
+from docpc_retrievers.documents.discovery import document_id
 from llama_index.retrievers.docpc import DocPCReader
 
 
@@ -66,13 +67,13 @@ def test_strategy_and_pages_are_used(small_pdfs: list[Path]) -> None:
 
 def test_lazy_load_is_lazy(small_pdfs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    original = DocPCIndex.compose_pdf
+    original = adapters.represent_pdf
 
-    def counting(path: Path, **kwargs: object) -> object:
+    def counting(path: Path, *args: object, **kwargs: object) -> object:
         calls.append(Path(path))
-        return original(path, **kwargs)  # type: ignore[arg-type]
+        return original(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DocPCIndex, "compose_pdf", counting)
+    monkeypatch.setattr(adapters, "represent_pdf", counting)
     gen = DocPCReader().lazy_load_data(small_pdfs)
     assert inspect.isgenerator(gen)
     assert calls == []

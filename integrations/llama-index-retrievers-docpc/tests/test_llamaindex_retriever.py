@@ -9,10 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from docpc_llamaindex_testsupport import (
+from docpc_retrievers.testing.support import (
     ENCRYPTED,
     ENCRYPTED_PASSWORD,
-    REPO_ROOT,
     decode_b64_image,
     needs_corpus,
     same_pixels,
@@ -22,8 +21,10 @@ from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter,
 
 from docpc_retrievers import DocPCIndex, PDFLoadError
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.pdf import open_pdf
+from docpc_retrievers.documents.pdf import open_pdf
 from llama_index.retrievers.docpc import CONFIG_FILE, DocPCRetriever
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 QUERIES = [
     "What is the total revenue in the annual report?",
@@ -269,13 +270,13 @@ async def test_aretrieve_matches_retrieve(retriever: DocPCRetriever) -> None:
 async def test_aretrieve_does_not_block_the_event_loop(
     retriever: DocPCRetriever, corpus_index: DocPCIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = corpus_index.search
+    original = corpus_index.search_with
 
     def slow_search(*args: object, **kwargs: object) -> object:
         time.sleep(0.5)
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(corpus_index, "search", slow_search)
+    monkeypatch.setattr(corpus_index, "search_with", slow_search)
     ticks = 0
     done = asyncio.Event()
 
@@ -433,3 +434,32 @@ async def test_works_with_retriever_evaluator(retriever: DocPCRetriever, corpus_
     assert scores["mrr"] == pytest.approx(0.5)
     miss = await evaluator.aevaluate(QUERIES[1], expected_ids=["0" * 32])
     assert miss.metric_vals_dict["hit_rate"] == 0.0
+
+
+def test_options_given_to_from_pdfs_persist_with_the_store(
+    tmp_path: Path, small_pdfs: list[Path], tiny_encoder: ColPaliEncoder
+) -> None:
+    """from_pdfs(persist_dir=D, similarity_top_k=3) then from_persist_dir(D) returns 3; explicit arguments win."""
+    store = tmp_path / "store"
+    with DocPCRetriever.from_pdfs(small_pdfs, persist_dir=store, encoder=tiny_encoder, similarity_top_k=3, page_dpi=50):
+        pass
+    assert (store / CONFIG_FILE).is_file()
+    with DocPCRetriever.from_persist_dir(store, encoder=tiny_encoder) as reopened:
+        assert (reopened.similarity_top_k, reopened.page_dpi) == (3, 50)
+        assert len(reopened.retrieve(QUERIES[0])) == 3
+    with DocPCRetriever.from_persist_dir(store, encoder=tiny_encoder, similarity_top_k=1) as explicit:
+        assert len(explicit.retrieve(QUERIES[0])) == 1
+
+
+def test_aggregate_reaches_page_mode_search(tmp_path: Path, small_pdfs: list[Path], tiny_encoder: ColPaliEncoder) -> None:
+    """aggregate= picks MaxP, AvgP or SumP on a page-mode store, as the core's search does."""
+    from docpc_retrievers import IndexSettings
+
+    settings = IndexSettings(mode="page", pages=None)
+    with DocPCRetriever.from_pdfs(small_pdfs, encoder=tiny_encoder, settings=settings, return_images=None) as r:
+        for aggregate in ("max", "mean", "sum"):
+            r.aggregate = aggregate
+            expected = r.index.search(QUERIES[0], 5, aggregate=aggregate)
+            assert [(n.node.node_id, n.score) for n in r.retrieve(QUERIES[0])] == [(e.id, e.score) for e in expected]
+        with pytest.raises(ValueError, match="aggregate"):
+            DocPCRetriever(r.index, aggregate="median")

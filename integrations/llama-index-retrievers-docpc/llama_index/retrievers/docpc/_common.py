@@ -1,26 +1,10 @@
-"""Helpers for the retriever and the reader: the core's shared framework helpers plus LlamaIndex's excluded keys."""
+"""What LlamaIndex nodes and documents of DocPC share: the image MIME type and the metadata keys LLMs skip."""
 
 from __future__ import annotations
 
-from docpc_retrievers.frameworks import (
-    DROPPED_METADATA_KEYS,
-    IMAGE_MIME_TYPE,
-    b64_png,
-    check_query,
-    clean_metadata,
-    result_metadata,
-)
+from docpc_retrievers.adapters import IMAGE_MIME_TYPE
 
-__all__ = [
-    "DROPPED_METADATA_KEYS",
-    "EXCLUDED_EMBED_METADATA_KEYS",
-    "EXCLUDED_LLM_METADATA_KEYS",
-    "IMAGE_MIMETYPE",
-    "b64_png",
-    "check_query",
-    "clean_metadata",
-    "result_metadata",
-]
+__all__ = ["EXCLUDED_EMBED_METADATA_KEYS", "EXCLUDED_LLM_METADATA_KEYS", "IMAGE_MIMETYPE"]
 
 
 #: LlamaIndex's own spelling (ImageNode.image_mimetype).
@@ -45,5 +29,3 @@ EXCLUDED_LLM_METADATA_KEYS: tuple[str, ...] = (
 )
 #: The same for text embedding, plus the source path (a local path is noise to an embedder).
 EXCLUDED_EMBED_METADATA_KEYS: tuple[str, ...] = (*EXCLUDED_LLM_METADATA_KEYS, "source")
-
-

@@ -8,24 +8,19 @@ encoded or stored.
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from docpc_retrievers import DocPCIndex, IndexSettings, PDFLoadError
-from docpc_retrievers.composition import DEFAULT_CELL_SIZE
-from docpc_retrievers.sources import discover_pdfs
+from docpc_retrievers.adapters import PathLike, b64_png, compose_pdfs
+from docpc_retrievers.config import GridSpec
+from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import Document, ImageDocument
 
-from ._common import EXCLUDED_EMBED_METADATA_KEYS, EXCLUDED_LLM_METADATA_KEYS, IMAGE_MIMETYPE, b64_png, clean_metadata
+from ._common import EXCLUDED_EMBED_METADATA_KEYS, EXCLUDED_LLM_METADATA_KEYS, IMAGE_MIMETYPE
 
 __all__ = ["DocPCReader"]
 
-logger = logging.getLogger(__name__)
-
-PathLike = str | os.PathLike[str]
 
 
 class DocPCReader(BaseReader):
@@ -57,7 +52,7 @@ class DocPCReader(BaseReader):
         password: str | None = None,
         raise_on_error: bool = False,
     ) -> None:
-        self.settings = IndexSettings(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
+        self.settings = GridSpec(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
         self.password = password
         self.raise_on_error = raise_on_error
 
@@ -73,28 +68,14 @@ class DocPCReader(BaseReader):
         """
         if fs is not None:
             raise NotImplementedError("DocPCReader reads local files only; fs=... is not supported")
-        paths = [file] if isinstance(file, (str, os.PathLike)) else list(file)
-        seen: set[str] = set()
-        for path in discover_pdfs(paths):
-            try:
-                doc_id, grid, metadata, text = DocPCIndex.compose_pdf(
-                    path, settings=self.settings, password=self.password
-                )
-            except PDFLoadError as exc:
-                if self.raise_on_error:
-                    raise
-                logger.warning("skipping %s", exc)
-                continue
-            if doc_id in seen:
-                logger.info("skipping %s: same content as a file already read", path)
-                continue
-            seen.add(doc_id)
+        for doc in compose_pdfs(file, self.settings, password=self.password, raise_on_error=self.raise_on_error):
+            assert doc.grid is not None
             yield ImageDocument(
-                id_=doc_id,
-                text=text,
-                image=b64_png(grid.image),
+                id_=doc.doc_id,
+                text=doc.text,
+                image=b64_png(doc.grid.image),
                 image_mimetype=IMAGE_MIMETYPE,
-                metadata={**dict(extra_info or {}), **clean_metadata(metadata)},
+                metadata={**dict(extra_info or {}), **doc.metadata},
                 excluded_llm_metadata_keys=list(EXCLUDED_LLM_METADATA_KEYS),
                 excluded_embed_metadata_keys=list(EXCLUDED_EMBED_METADATA_KEYS),
             )

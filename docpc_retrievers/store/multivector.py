@@ -1,11 +1,7 @@
 """Chroma-backed multi-vector store: one Chroma record per document, vectors in fp16 segments.
 
-Layout of a store directory::
-
-    <dir>/store.json          format, dim, collection name, settings, write generation
-    <dir>/write.lock          single-writer lock (flock)
-    <dir>/chroma/             Chroma's persistent directory (embedded mode only)
-    <dir>/vectors/*.f16       float16 multi-vector segments (see segments.py)
+Paths come from :class:`~docpc_retrievers.store.layout.StoreLayout` (``store.json``,
+``write.lock``, ``chroma/``, ``vectors/``).
 
 Chroma is the record of what is indexed: one record per document with its
 metadata (source, title, pages, layout, model, ...), a pointer into a vector
@@ -25,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 from functools import wraps
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -36,18 +31,18 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from .candidates import CentroidIndex, document_centroids
-from .errors import ModelMismatchError, StoreError
-from .locking import WriterLock
-from .scoring import maxsim, maxsim_half
-from .segments import SegmentReader, SegmentWriter
+from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
+from docpc_retrievers.errors import DocumentNotFoundError, ModelMismatchError, SettingsMismatchError, StoreError
+from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
+from docpc_retrievers.store.locking import WriterLock
+from docpc_retrievers.scoring.maxsim import maxsim, maxsim_half
+from docpc_retrievers.store.segments import SegmentReader, SegmentWriter
 
 __all__ = ["AGGREGATES", "MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
 
 logger = logging.getLogger(__name__)
 
 STORE_FORMAT = 1
-_MANIFEST = "store.json"
 _INTERNAL_KEYS = ("_seg", "_off", "_n", "_nc", "_parts")
 AGGREGATES = ("max", "mean", "sum")
 _SETTINGS_KEY = "docpc_settings"
@@ -112,15 +107,6 @@ def _synchronized(method: _F) -> _F:
 
 def _public(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if k not in _INTERNAL_KEYS}
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -190,16 +176,17 @@ class MultiVectorStore:
         n_candidates: int = 256,
         rescore_margin: int = 22,
     ) -> None:
-        self.path = Path(path).expanduser().resolve()
+        self.layout = StoreLayout.at(path)
+        self.path = self.layout.root
         self.host = host
         self.n_centroids = n_centroids
         self.n_candidates = n_candidates
         self.rescore_margin = rescore_margin
         self._mutex = threading.RLock()
-        self._lock = WriterLock(self.path) if writable else None
-        manifest_path = self.path / _MANIFEST
+        self._lock = WriterLock(self.layout.lock) if writable else None
+        manifest_path = self.layout.manifest
         if not writable and not manifest_path.exists():
-            raise StoreError(f"no docpc store at {self.path} (missing {_MANIFEST}); index some documents first")
+            raise StoreError(f"no docpc store at {self.path} (missing {manifest_path.name}); index some documents first")
         self.path.mkdir(parents=True, exist_ok=True)
         if self._lock is not None:
             self._lock.acquire()
@@ -229,10 +216,10 @@ class MultiVectorStore:
         settings = Settings(anonymized_telemetry=False)
         if host is not None:
             return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
-        return chromadb.PersistentClient(path=str(self.path / "chroma"), settings=settings)
+        return chromadb.PersistentClient(path=str(self.layout.chroma), settings=settings)
 
     def _load_manifest(self, collection: str) -> dict[str, Any]:
-        path = self.path / _MANIFEST
+        path = self.layout.manifest
         if path.exists():
             try:
                 data = json.loads(path.read_text())
@@ -242,12 +229,12 @@ class MultiVectorStore:
                 raise StoreError(f"{path}: store format {data.get('format')} is not supported (expected {STORE_FORMAT})")
             return data
         data = {"format": STORE_FORMAT, "collection": collection, "dim": None, "settings": {}, "generation": 0}
-        _write_json_atomic(path, data)
+        write_json_atomic(path, data)
         return data
 
     def _save_manifest(self) -> None:
         self._manifest["generation"] = int(self._manifest.get("generation", 0)) + 1
-        _write_json_atomic(self.path / _MANIFEST, self._manifest)
+        write_json_atomic(self.layout.manifest, self._manifest)
         self._loaded_generation = self._manifest["generation"]
 
     # --------------------------------------------------------------- settings
@@ -262,7 +249,10 @@ class MultiVectorStore:
         return dict(self._manifest.get("settings") or {})
 
     def check_settings(self, settings: Mapping[str, Any], *, section: str | None = None) -> None:
-        """Raise ModelMismatchError when ``settings`` differ from the recorded ones.
+        """Raise when ``settings`` differ from the recorded ones, naming each differing setting.
+
+        The error is :class:`ModelMismatchError` for the ``encoder`` section and
+        :class:`SettingsMismatchError` otherwise.
 
         ``section`` compares only that sub-dict (e.g. ``"encoder"`` for search).
         """
@@ -272,11 +262,8 @@ class MultiVectorStore:
         if not recorded:
             return
         have, want = _flatten(recorded), _flatten(settings)
-        diffs = [
-            f"{key}: store has {have.get(key)!r}, got {want.get(key)!r}"
-            for key in sorted(set(have) | set(want))
-            if have.get(key) != want.get(key)
-        ]
+        keys = [key for key in sorted(set(have) | set(want)) if have.get(key) != want.get(key)]
+        diffs = [f"{key}: store has {have.get(key)!r}, got {want.get(key)!r}" for key in keys]
         if diffs:
             what = f"{section} settings" if section else "settings"
             hint = (
@@ -284,7 +271,9 @@ class MultiVectorStore:
                 if section == "encoder"
                 else "these are fixed when a store is created; index into a new store to change them"
             )
-            raise ModelMismatchError(f"store {self.path} was built with different {what} ({'; '.join(diffs)}); {hint}")
+            model = section == "encoder" or any(k.startswith("encoder.") for k in keys)
+            error = ModelMismatchError if model else SettingsMismatchError
+            raise error(f"store {self.path} was built with different {what} ({'; '.join(diffs)}); {hint}")
 
     @_synchronized
     def set_settings(self, settings: Mapping[str, Any]) -> None:
@@ -305,13 +294,13 @@ class MultiVectorStore:
         if self._reader is None:
             if self.dim is None:
                 raise StoreError("store has no vectors yet")
-            self._reader = SegmentReader(self.path / "vectors", self.dim)
+            self._reader = SegmentReader(self.layout.vectors, self.dim)
         return self._reader
 
     @_synchronized
     def refresh(self) -> None:
         """Reload records when another writer changed the store since we last looked."""
-        path = self.path / _MANIFEST
+        path = self.layout.manifest
         try:
             on_disk = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -392,7 +381,7 @@ class MultiVectorStore:
             self._save_manifest()
         self._ensure_loaded()
         if self._writer is None:
-            self._writer = SegmentWriter(self.path / "vectors", dim)
+            self._writer = SegmentWriter(self.layout.vectors, dim)
         writer = self._writer
 
         records: list[dict[str, Any]] = []
@@ -448,7 +437,7 @@ class MultiVectorStore:
         new = []
         for doc_id, meta in zip(ids, metadatas):
             if doc_id not in self._records:
-                raise KeyError(f"no document {doc_id!r} in the store")
+                raise DocumentNotFoundError(doc_id, self.path)
             rec = _check_metadata(doc_id, meta)
             rec.update({k: self._records[doc_id][k] for k in _INTERNAL_KEYS if k in self._records[doc_id]})
             new.append(rec)
@@ -486,7 +475,7 @@ class MultiVectorStore:
         self._ensure_loaded()
         rec = self._records.get(doc_id)
         if rec is None:
-            raise KeyError(f"no document {doc_id!r} in the store")
+            raise DocumentNotFoundError(doc_id, self.path)
         return self._read_vectors(rec)
 
     def _read_raw(self, rec: Mapping[str, Any]) -> np.ndarray:
@@ -535,6 +524,34 @@ class MultiVectorStore:
                 except OSError:
                     pass
         return total
+
+    def describe(
+        self, *, model: str, settings: Mapping[str, Any], grid_bytes: int, page_cache: Mapping[str, int]
+    ) -> dict[str, Any]:
+        """What the store holds and how it was built (``docpc info``); arguments fill what the store cannot know."""
+        recorded = self.settings
+        encoder = recorded.get("encoder") or {}
+        index = recorded.get("index") or dict(settings)
+        return {
+            "path": str(self.path),
+            "documents": self.count(),
+            "images_encoded": sum(len(d.parts) for d in self.get()),
+            "vectors": self.total_vectors(),
+            "bytes_on_disk": self.bytes_on_disk(),
+            "bytes_grid_images": grid_bytes,
+            "model": encoder.get("model_id", model),
+            "family": encoder.get("family"),
+            "dim": self.dim,
+            "max_num_visual_tokens": encoder.get("max_num_visual_tokens"),
+            "mode": index.get("mode", "grid"),
+            "strategy": index.get("strategy"),
+            "pages": index.get("pages"),
+            "grid": "x".join(str(v) for v in index.get("grid", [])) or None,
+            "cell_size": index.get("cell_size"),
+            "page_size": index.get("page_size"),
+            "page_cache_pages": page_cache.get("pages", 0),
+            "page_cache_bytes": page_cache.get("bytes", 0),
+        }
 
     # ----------------------------------------------------------------- search
     def search(

@@ -1,4 +1,8 @@
-"""Constants and helpers shared by the LlamaIndex integration tests (a uniquely named module, not conftest)."""
+"""Constants and helpers the test suites share: the sample PDF corpus, generated PDFs, image comparisons.
+
+The corpus folder comes from ``DOCPC_PDF_CORPUS`` (set by ``scripts/test.sh``),
+else ``../shared/corpus/py-pdf-sample-files`` next to the current directory.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ __all__ = [
     "ENCRYPTED",
     "ENCRYPTED_PASSWORD",
     "FOUR_PAGES",
-    "REPO_ROOT",
     "ZERO_PAGES",
     "decode_b64_image",
     "generated_pdfs",
@@ -24,8 +27,7 @@ __all__ = [
     "same_pixels",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", REPO_ROOT.parent / "shared/corpus/py-pdf-sample-files"))
+CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path.cwd().parent / "shared/corpus/py-pdf-sample-files"))
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
 
 ENCRYPTED = CORPUS / "005-libreoffice-writer-password/libreoffice-writer-password.pdf"

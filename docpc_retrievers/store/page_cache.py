@@ -2,7 +2,7 @@
 
 Entries are keyed by document id, page number and a fingerprint of the model
 settings and render size: a different model or resolution never reuses an
-entry. The cache is its own small store (``<store>/page_cache``) with its own
+entry. The cache is its own small store (``StoreLayout.page_cache``) with its own
 writer lock, so a read-only search process can still fill it; when another
 process holds that lock, new entries are kept in memory for this process only.
 """
@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StoreLockedError
-from .store import MultiVectorStore
+from docpc_retrievers.errors import StoreLockedError
+from docpc_retrievers.store.layout import StoreLayout
+from docpc_retrievers.store.multivector import MultiVectorStore
 
 __all__ = ["PageEmbeddingCache", "cache_fingerprint"]
 
@@ -53,7 +54,7 @@ class PageEmbeddingCache:
                 self._writable = True
             except StoreLockedError:
                 logger.info("page cache %s is locked by another process; caching in memory only", self.directory)
-                if (self.directory / "store.json").exists():
+                if StoreLayout(self.directory).exists():
                     self._store = MultiVectorStore(self.directory, collection="docpc-page-cache")
         return self._store
 
@@ -83,7 +84,7 @@ class PageEmbeddingCache:
 
     def stats(self) -> dict[str, int]:
         """Cached pages and bytes on disk."""
-        store = self._open() if (self.directory / "store.json").exists() else None
+        store = self._open() if StoreLayout(self.directory).exists() else None
         return {
             "pages": (store.count() if store is not None else 0) + len(self._memory),
             "bytes": store.bytes_on_disk() if store is not None else 0,
@@ -98,14 +99,14 @@ class PageEmbeddingCache:
         """
         removed = len(self._memory)
         self._memory.clear()
-        if not (self.directory / "store.json").exists():
+        if not StoreLayout(self.directory).exists():
             return removed
         store = self._open()
         if store is None or not self._writable:
             raise StoreLockedError(f"page cache {self.directory} is in use by another process; clear it later")
         removed += store.delete(store.ids())
         self.close()
-        shutil.rmtree(self.directory / "vectors", ignore_errors=True)
+        shutil.rmtree(StoreLayout(self.directory).vectors, ignore_errors=True)
         return removed
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 if TYPE_CHECKING:
-    from .pdf import PDFDocument
+    from docpc_retrievers.documents.pdf import PDFDocument
 
 __all__ = [
     "CLUSTER_THUMBNAIL_FIT",

@@ -30,7 +30,7 @@ Output (see ``docs/evaluation.md``)::
 exercising training code; not a leak-free split). The same size and seed
 give the same bytes.
 
-Command line: ``python -m docpc_retrievers.synthetic OUT --size tiny [--seed 0]``.
+Command line: ``python -m docpc_retrievers.eval.synthetic OUT --size tiny [--seed 0]``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import math
 import random
 import shutil
 import sys
+from importlib import resources
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,218 +113,21 @@ class _Vocab:
     font: str = "helv"
 
 
+def _load_vocabulary() -> dict[str, Any]:
+    """The generator's word lists (package data, ``vocabulary.json``): domains, filler, evidence, query templates."""
+    text = resources.files("docpc_retrievers.eval").joinpath("vocabulary.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+_DATA = _load_vocabulary()
 _VOCAB: dict[str, _Vocab] = {
-    "biology": _Vocab(
-        "in",
-        ("Northfield Institute of Life Sciences", "Harrow Bay Marine Station", "Caldera Genomics Laboratory"),
-        ("Field Study", "Laboratory Report", "Research Review", "Technical Note"),
-        ("zebrafish embryos", "soil bacteria", "coral reef algae", "honeybee colonies", "arabidopsis seedlings",
-         "salmon populations", "gut microbiota", "wheat root systems", "marine plankton", "fruit fly larvae",
-         "mangrove forests", "yeast cultures"),
-        ("gene expression", "metabolic rate", "antibiotic resistance", "heat tolerance", "growth hormones",
-         "protein folding", "cell division", "nitrogen uptake", "immune response", "circadian rhythm"),
-        ("sample count", "expression level", "survival rate", "biomass index"),
-        ("Site", "Strain", "Cohort", "Plot"),
-        ("Materials and Methods", "Sampling Protocol", "Results", "Discussion", "Observations", "Appendix"),
-        ("Specimens were handled according to the station's standard operating procedures.",
-         "All measurements were repeated in triplicate and averaged before analysis.",
-         "Incubation chambers were checked twice daily by two members of staff.",
-         "Data were logged electronically and verified against the paper notebooks.",
-         "The field team recorded weather conditions at the start of every visit.",
-         "Reagents were stored at four degrees and discarded after thirty days.",
-         "Statistical tests used a significance threshold agreed before the study began.",
-         "Photographs of each sample tray were archived with the raw data."),
-        (0.16, 0.48, 0.30),
-    ),
-    "education": _Vocab(
-        "among",
-        ("Westbrook Education Council", "Lakeside School District", "Centre for Learning Policy"),
-        ("Evaluation Report", "Policy Brief", "Annual Review", "Inspection Report"),
-        ("rural primary schools", "vocational colleges", "adult learners", "online courses", "secondary mathematics",
-         "teacher training programmes", "early childhood centres", "bilingual classrooms", "university applicants",
-         "special needs pupils", "science laboratories", "school libraries"),
-        ("attendance patterns", "reading proficiency", "dropout rates", "assessment reform", "class size effects",
-         "digital literacy", "tutoring outcomes", "curriculum alignment", "teacher retention", "parental engagement"),
-        ("enrolment", "pass rate", "completion rate", "survey score"),
-        ("School", "Region", "Year group", "Programme"),
-        ("Background", "Method", "Findings", "Recommendations", "Context", "Annex"),
-        ("Inspectors visited each setting during term time and spoke with staff.",
-         "Questionnaires were distributed in both paper and electronic form.",
-         "The council thanks the head teachers who hosted the visiting panel.",
-         "Figures are rounded to the nearest whole number for presentation.",
-         "Responses were anonymised before they were shared with the review group.",
-         "The timetable for the next cycle will be published in the spring.",
-         "Governors received a draft of this document for comment.",
-         "Local circumstances vary and the averages hide considerable spread."),
-        (0.55, 0.27, 0.07),
-    ),
-    "finance": _Vocab(
-        "for",
-        ("Granite Capital Partners", "Meridian Savings Group", "Harbourline Asset Management"),
-        ("Annual Report", "Quarterly Statement", "Risk Review", "Investor Presentation"),
-        ("regional banks", "pension funds", "mortgage portfolios", "municipal bonds", "retail lenders",
-         "insurance carriers", "venture portfolios", "currency reserves", "commodity traders", "credit unions",
-         "microfinance lenders", "sovereign debt"),
-        ("liquidity risk", "interest margin", "default rates", "capital adequacy", "hedging costs",
-         "dividend policy", "operating leverage", "fee income", "loan provisioning", "asset turnover"),
-        ("exposure", "net income", "ratio", "basis points"),
-        ("Segment", "Quarter", "Desk", "Fund"),
-        ("Chairman's Statement", "Financial Review", "Outlook", "Governance", "Notes to the Accounts", "Glossary"),
-        ("Amounts are stated in millions unless otherwise indicated.",
-         "The board met eleven times during the financial year.",
-         "Comparative figures have been restated where the presentation changed.",
-         "Forward looking statements involve uncertainty and actual outcomes may differ.",
-         "The audit committee reviewed the accounting judgements described below.",
-         "Shareholders may obtain printed copies from the company secretary.",
-         "Headcount remained broadly stable over the period under review.",
-         "Definitions of alternative performance measures are given in the glossary."),
-        (0.10, 0.23, 0.45),
-        "tiro",
-    ),
-    "government": _Vocab(
-        "in",
-        ("Office of the State Comptroller", "Riverside County Administration", "Department of Public Works"),
-        ("Audit Report", "Annual Plan", "Performance Review", "Public Consultation"),
-        ("coastal municipalities", "public transit agencies", "rural water districts", "housing authorities",
-         "emergency services", "census tracts", "border crossings", "road maintenance depots", "public libraries",
-         "waste collection zones", "voter registration offices", "park districts"),
-        ("budget allocation", "procurement audits", "response times", "staffing shortfalls", "flood preparedness",
-         "permit backlogs", "energy consumption", "citizen complaints", "infrastructure grants",
-         "records digitisation"),
-        ("spending", "caseload", "headcount", "completion share"),
-        ("District", "Agency", "Fiscal year", "Programme"),
-        ("Executive Summary", "Scope and Methodology", "Findings", "Agency Response", "Background", "Appendix"),
-        ("This report is issued under the authority of the enabling statute.",
-         "Agency officials were given the opportunity to comment on a draft.",
-         "The review followed generally accepted standards for public audits.",
-         "Copies of this publication are available at public offices and online.",
-         "Where data were incomplete the office relied on sworn statements.",
-         "The office acknowledges the cooperation of the staff it interviewed.",
-         "Amounts reflect appropriations rather than actual disbursements.",
-         "Members of the public may request alternative formats free of charge."),
-        (0.20, 0.30, 0.55),
-    ),
-    "industrial": _Vocab(
-        "in",
-        ("Vulcan Engineering Works", "Norland Process Systems", "Atlas Plant Services"),
-        ("Maintenance Manual", "Inspection Report", "Engineering Specification", "Operations Review"),
-        ("gas turbine blades", "conveyor gearboxes", "injection moulding presses", "rotary kilns", "hydraulic pumps",
-         "welding robots", "cooling towers", "packaging lines", "steel rolling mills", "compressor stations",
-         "battery assembly cells", "paper machines"),
-        ("vibration monitoring", "thermal fatigue", "lubrication intervals", "energy efficiency", "defect detection",
-         "corrosion control", "downtime analysis", "calibration drift", "noise emissions", "spare parts inventory"),
-        ("operating hours", "throughput", "tolerance", "failure count"),
-        ("Unit", "Line", "Shift", "Asset"),
-        ("Safety Instructions", "System Overview", "Procedures", "Troubleshooting", "Specifications", "Annex"),
-        ("Isolate the equipment and apply lockout tags before any intervention.",
-         "Only trained personnel may adjust the settings described in this section.",
-         "Torque values are given for clean dry threads unless noted otherwise.",
-         "Record every intervention in the plant logbook with the date and initials.",
-         "Protective gloves and eye protection are mandatory in the work area.",
-         "Replacement components must meet the original manufacturer's specification.",
-         "The control room must be informed before the line is restarted.",
-         "Drawings referenced here are held by the engineering records office."),
-        (0.35, 0.35, 0.38),
-    ),
-    "legal": _Vocab(
-        "in",
-        ("Ashford and Lyle LLP", "Court of Commercial Appeals", "Brennan Legal Chambers"),
-        ("Contract Review", "Judgment", "Legal Opinion", "Compliance Memorandum"),
-        ("commercial leases", "employment contracts", "software licences", "data processing agreements",
-         "merger filings", "construction contracts", "franchise agreements", "patent disputes",
-         "consumer warranties", "shipping charters", "tenancy claims", "supply agreements"),
-        ("termination rights", "liability caps", "indemnity obligations", "confidentiality duties",
-         "dispute resolution", "force majeure", "governing law", "assignment restrictions", "payment default",
-         "audit rights"),
-        ("claims", "damages", "notice days", "clauses reviewed"),
-        ("Matter", "Clause", "Party", "Schedule"),
-        ("Recitals", "Definitions", "Analysis", "Conclusion", "Procedural History", "Schedules"),
-        ("Nothing in this memorandum constitutes advice on the law of any other jurisdiction.",
-         "Capitalised terms have the meanings given to them in the definitions section.",
-         "The parties were represented by counsel at every hearing.",
-         "This document is privileged and confidential and intended for the addressee.",
-         "Headings are for convenience only and do not affect interpretation.",
-         "References to statutes include any subsequent amendment or re-enactment.",
-         "The court reserved its decision after hearing oral submissions.",
-         "Counsel for the respondent filed written submissions within the time allowed."),
-        (0.40, 0.12, 0.12),
-        "tiro",
-    ),
-    "research": _Vocab(
-        "for",
-        ("Institute for Computational Studies", "Parkview University Lab", "Open Methods Collective"),
-        ("Technical Report", "Conference Paper", "Preprint", "Workshop Proceedings"),
-        ("transformer language models", "graph neural networks", "protein structure prediction",
-         "climate simulations", "quantum error correction", "recommender systems", "speech recognition",
-         "autonomous navigation", "image segmentation", "reinforcement learning agents", "federated training",
-         "sparse retrieval"),
-        ("ablation studies", "scaling behaviour", "benchmark contamination", "energy cost", "reproducibility checks",
-         "hyperparameter sensitivity", "robustness evaluation", "data efficiency", "inference latency",
-         "error analysis"),
-        ("accuracy", "parameters", "GPU hours", "throughput"),
-        ("Setting", "Model", "Dataset", "Run"),
-        ("Abstract", "Introduction", "Related Work", "Experiments", "Limitations", "References"),
-        ("We thank the anonymous reviewers for their helpful comments.",
-         "Code and configuration files will be released with the camera ready version.",
-         "All experiments used the same random seeds across configurations.",
-         "Prior work has considered related questions under different assumptions.",
-         "Confidence intervals are computed over five independent repetitions.",
-         "The appendix lists every setting needed to reproduce the main table.",
-         "Compute was provided by a shared departmental cluster.",
-         "We leave a broader study of these effects to future work."),
-        (0.30, 0.20, 0.60),
-    ),
+    name: _Vocab(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    for name, fields in _DATA["domains"].items()
 }
-
-_GENERIC_FILLER: tuple[str, ...] = (
-    "The remainder of this section summarises the context needed for the following pages.",
-    "Earlier editions of this document used a slightly different structure.",
-    "Readers are referred to the contents page for an overview of the chapters.",
-    "Each table lists values as reported at the end of the period.",
-    "Minor inconsistencies in totals are due to rounding.",
-    "The authors welcome corrections and comments from readers.",
-    "Unless stated otherwise, percentages refer to the whole population covered.",
-    "A glossary of abbreviations is provided at the end of the document.",
-    "Page numbers in the contents refer to the printed edition.",
-    "The review group met regularly throughout the preparation of this text.",
-)
-
-_SMALL_PRINT: tuple[str, ...] = (
-    "This publication is provided for information only and without warranty of any kind, express or implied.",
-    "No part of this document may be reproduced without the prior written permission of the publisher.",
-    "The publisher accepts no liability for loss arising from reliance on the information herein.",
-    "Trademarks mentioned in this document belong to their respective owners.",
-    "Personal data referred to in this document were processed in accordance with applicable law.",
-    "Translations are provided for convenience; the original language version prevails.",
-    "Figures for the most recent period are provisional and subject to revision.",
-    "Enquiries concerning reproduction should be sent to the rights department at the address above.",
-)
-
-_EVIDENCE: tuple[str, ...] = (
-    "{P_cap} was examined in detail during the period under review. Across {n} sites the recorded {M} moved "
-    "from {v1} to {v2}, and the team links the change to {A} {C} {S} rather than to seasonal effects.",
-    "Key finding on {P}: the {M} for {S} reached {v2} against a baseline of {v1}, a shift of {pct} percent "
-    "that the authors consider significant for {A}.",
-    "Our analysis of {P} combined {n} records. {A_cap} remained the main driver, with {M} at {v2} for {S} "
-    "in the final quarter, compared with {v1} a year earlier.",
-    "{A_cap} {C} {S} is the subject of this part. The {M} fell to {v1} in the first survey and recovered to "
-    "{v2} later, a pattern also reported for {P} in earlier work.",
-)
-
-_QUERY_TEMPLATES: dict[str, tuple[str, ...]] = {
-    "test": (
-        "What do the documents report about {A} {C} {S}?",
-        "Which reports discuss {A} {C} {S} and the {M} observed?",
-        "{A_cap} {C} {S}: findings and figures",
-        "How did {A} change {C} {S}?",
-    ),
-    "train": (
-        "{S} {A} {M}",
-        "evidence on {A} affecting {S}",
-        "Summarise what is known about {S} and their {A}.",
-        "{A} results reported {C} {S}",
-    ),
-}
+_GENERIC_FILLER: tuple[str, ...] = tuple(_DATA["generic_filler"])
+_SMALL_PRINT: tuple[str, ...] = tuple(_DATA["small_print"])
+_EVIDENCE: tuple[str, ...] = tuple(_DATA["evidence"])
+_QUERY_TEMPLATES: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in _DATA["query_templates"].items()}
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -804,8 +608,8 @@ def _render_document(plan: _DocPlan, seed: int) -> bytes:
             "title": plan.title,
             "author": plan.organisation,
             "subject": f"{plan.domain} {plan.kind}",
-            "creator": "docpc_retrievers.synthetic",
-            "producer": "docpc_retrievers.synthetic",
+            "creator": "docpc_retrievers.eval.synthetic",
+            "producer": "docpc_retrievers.eval.synthetic",
             "creationDate": _FIXED_DATE,
             "modDate": _FIXED_DATE,
         }
@@ -930,7 +734,7 @@ def generate_corpus(out: str | Path, size: str = "tiny", *, seed: int = 0, overw
         long_documents=sum(1 for d in docs if d.n_pages >= 20),
         deep_placements=sum(len(d.deep) for d in docs),
     )
-    manifest = {"generator": "docpc_retrievers.synthetic", "version": GENERATOR_VERSION, **summary.to_dict()}
+    manifest = {"generator": "docpc_retrievers.eval.synthetic", "version": GENERATOR_VERSION, **summary.to_dict()}
     manifest.pop("root")
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     logger.info("wrote %d documents (%d pages) and %s queries to %s", summary.documents, summary.pages, counts, root)
@@ -938,9 +742,9 @@ def generate_corpus(out: str | Path, size: str = "tiny", *, seed: int = 0, overw
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m docpc_retrievers.synthetic OUT --size tiny|small [--seed N] [--overwrite]``."""
+    """``python -m docpc_retrievers.eval.synthetic OUT --size tiny|small [--seed N] [--overwrite]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m docpc_retrievers.synthetic",
+        prog="python -m docpc_retrievers.eval.synthetic",
         description="Write a deterministic DocViRe-style labelled PDF corpus (BEIR layout).",
     )
     parser.add_argument("out", type=Path, help="output folder (must be empty unless --overwrite)")

@@ -1,6 +1,6 @@
 """``docpc eval``: run retrieval systems over a labelled corpus and write the quality and efficiency tables.
 
-A plugin of :mod:`docpc_retrievers.cli` (listed in ``_PLUGIN_COMMANDS``)::
+Needs the ``[eval]`` extra (``pip install "docpc-retrievers[eval]"``)::
 
     docpc eval DATASET --model ID|PATH --systems SPEC... [--k 5,10] [--out DIR] [--split test]
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from docpc_retrievers.cli.common import EXIT_FATAL, EXIT_OK, EXIT_PARTIAL, UsageError, encoder_options, positive_int
 
 __all__ = ["register", "run"]
 
@@ -31,16 +32,9 @@ def _ks(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def register(subparsers: Any, add_common: Callable[..., None]) -> None:
-    """Add the ``eval`` sub-command (``add_common`` is not used: eval has no ``--store``)."""
-    from .metrics import METRICS
+def register(subparsers: Any) -> None:
+    """Add the ``eval`` sub-command."""
+    from docpc_retrievers.eval.metrics import METRICS
 
     p = subparsers.add_parser(
         "eval",
@@ -59,8 +53,8 @@ def register(subparsers: Any, add_common: Callable[..., None]) -> None:
     p.add_argument("--out", type=Path, help="output folder (default docpc-eval/<dataset name>)")
     p.add_argument("--split", default="test", help="qrels split (default test)")
     p.add_argument("--device", help="cuda, mps or cpu (default: best available)")
-    p.add_argument("--batch-size", type=_positive_int, default=4, help="images per encoder batch")
-    p.add_argument("--max-visual-tokens", type=_positive_int, help="visual tokens per image (Qwen models)")
+    p.add_argument("--batch-size", type=positive_int, default=4, help="images per encoder batch")
+    p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per image (Qwen models)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     p.set_defaults(func=run)
@@ -68,9 +62,13 @@ def register(subparsers: Any, add_common: Callable[..., None]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``docpc eval``; returns the exit code."""
-    from .cli import EXIT_OK, EXIT_PARTIAL, UsageError
-    from .evaluation import SystemSpecError, parse_system, run_evaluation
-    from .labels import load_labelled_corpus
+    try:
+        import rank_bm25  # noqa: F401 - only to tell a core-only install what to add
+    except ImportError:
+        print('docpc: eval needs the [eval] extra: pip install "docpc-retrievers[eval]"', file=sys.stderr)
+        return EXIT_FATAL
+    from docpc_retrievers.eval import SystemSpecError, parse_system, run_evaluation
+    from docpc_retrievers.eval.corpus import load_labelled_corpus
 
     try:
         specs = [parse_system(s) for s in args.systems]
@@ -84,13 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.dataset} is not a folder")
     corpus = load_labelled_corpus(args.dataset, split=args.split)
     out = args.out or Path("docpc-eval") / args.dataset.resolve().name
-    kwargs: dict[str, Any] = {}
-    if args.device:
-        kwargs["device"] = args.device
-    if args.batch_size:
-        kwargs["batch_size"] = args.batch_size
-    if args.max_visual_tokens:
-        kwargs["max_num_visual_tokens"] = args.max_visual_tokens
+    kwargs = encoder_options(args)
     report = run_evaluation(
         corpus,
         specs,

@@ -1,6 +1,6 @@
 """``docpc train``: fine-tune a ColPali-family checkpoint on a labelled PDF collection.
 
-Registered by :mod:`docpc_retrievers.cli` through its plugin hook (``_PLUGIN_COMMANDS``).
+Registered by :mod:`docpc_retrievers.cli.app`.
 The checkpoint written to ``--out`` loads with ``docpc index --model OUT`` and
 ``ColPaliEncoder(OUT)``. Heavy imports (torch, colpali-engine) happen only when the command runs.
 """
@@ -11,54 +11,37 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .cli import _non_negative_int, _positive_int
+from docpc_retrievers.cli.common import (
+    EXIT_OK,
+    UsageError,
+    non_negative_float,
+    non_negative_int,
+    pair_arg,
+    positive_float,
+    positive_int,
+)
 
 __all__ = ["register", "run"]
 
-logger = logging.getLogger("docpc_retrievers.cli_train")
+logger = logging.getLogger("docpc_retrievers.cli.train")
 
 _LOSSES = ("combined", "mp-infonce", "infonce", "listwise")
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
-
-
-def _pair(text: str, sep: str, what: str) -> tuple[int, int]:
-    try:
-        a, b = (int(v) for v in text.lower().split(sep))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if a < 1 or b < 1:
-        raise argparse.ArgumentTypeError(f"both numbers of {what} must be >= 1")
-    return a, b
-
-
 def _grid(text: str) -> tuple[int, int]:
-    return _pair(text, "x", "ROWSxCOLS such as 2x2")
+    return pair_arg(text, "ROWSxCOLS such as 2x2")
 
 
 def _cell(text: str) -> tuple[int, int]:
-    return _pair(text, "x", "WIDTHxHEIGHT such as 512x662")
+    return pair_arg(text, "WIDTHxHEIGHT such as 512x662")
 
 
-def register(subparsers: Any, add_common: Callable[..., None]) -> None:
-    """Add the ``train`` sub-command to ``docpc`` (``add_common`` is not used: train has no store)."""
-    from .selection import STRATEGIES
+def register(subparsers: Any) -> None:
+    """Add the ``train`` sub-command to ``docpc``."""
+    from docpc_retrievers.documents.selection import STRATEGIES
 
     p = subparsers.add_parser(
         "train",
@@ -75,41 +58,41 @@ def register(subparsers: Any, add_common: Callable[..., None]) -> None:
     p.add_argument("--split", default="train", help="split of DATA to train on (default train)")
     p.add_argument("--eval-data", type=Path, help="held-out labelled corpus for NDCG@5 during training")
     p.add_argument("--eval-split", default="test", help="split of --eval-data (default test)")
-    p.add_argument("--eval-every", type=_positive_int, help="evaluate every N steps (and at the end)")
+    p.add_argument("--eval-every", type=positive_int, help="evaluate every N steps (and at the end)")
     g = p.add_argument_group("loss")
     g.add_argument("--loss", choices=_LOSSES, default="combined", help="loss variant (default combined)")
-    g.add_argument("--listwise-every", type=_positive_int, default=40, help="m: listwise term at steps m, 2m, ... (default 40)")
-    g.add_argument("--lambda", dest="listwise_weight", type=_non_negative_float, default=1.0, help="weight of the listwise term (default 1.0)")
-    g.add_argument("--temperature", type=_positive_float, default=0.02, help="InfoNCE temperature tau (default 0.02)")
-    g.add_argument("--listwise-k", type=_positive_int, default=5, help="K of ApproxNDCG@K (default 5)")
-    g.add_argument("--listwise-alpha", type=_positive_float, default=0.1, help="ApproxNDCG sigmoid temperature (default 0.1)")
+    g.add_argument("--listwise-every", type=positive_int, default=40, help="m: listwise term at steps m, 2m, ... (default 40)")
+    g.add_argument("--lambda", dest="listwise_weight", type=non_negative_float, default=1.0, help="weight of the listwise term (default 1.0)")
+    g.add_argument("--temperature", type=positive_float, default=0.02, help="InfoNCE temperature tau (default 0.02)")
+    g.add_argument("--listwise-k", type=positive_int, default=5, help="K of ApproxNDCG@K (default 5)")
+    g.add_argument("--listwise-alpha", type=positive_float, default=0.1, help="ApproxNDCG sigmoid temperature (default 0.1)")
     g = p.add_argument_group("grids")
     g.add_argument("--strategy", choices=STRATEGIES, default="first", help="page selection (default first)")
-    g.add_argument("--pages", type=_positive_int, default=4, help="K pages per grid (default 4)")
+    g.add_argument("--pages", type=positive_int, default=4, help="K pages per grid (default 4)")
     g.add_argument("--grid", type=_grid, help="grid shape ROWSxCOLS (default: from --pages)")
     g.add_argument("--cell-size", type=_cell, help="cell size WIDTHxHEIGHT in pixels (default 512x662)")
-    g.add_argument("--max-visual-tokens", type=_positive_int, help="visual tokens per grid (Qwen models)")
+    g.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
     g = p.add_argument_group("model and optimisation")
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--lora", dest="lora", action="store_true", default=True, help="train LoRA adapters (default)")
     mode.add_argument("--full", dest="lora", action="store_false", help="full fine-tuning")
-    g.add_argument("--lora-rank", type=_positive_int, default=32, help="LoRA rank (default 32)")
-    g.add_argument("--epochs", type=_positive_int, default=1, help="epochs (default 1)")
-    g.add_argument("--max-steps", type=_positive_int, help="stop after this many optimisation steps")
-    g.add_argument("--batch-size", type=_positive_int, default=8, help="queries per micro-batch (default 8)")
-    g.add_argument("--max-docs-per-batch", type=_positive_int, help="cap on documents per micro-batch")
-    g.add_argument("--negatives", type=_non_negative_int, default=0, help="extra random negatives per batch")
-    g.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimisation step")
-    g.add_argument("--lr", type=_positive_float, default=2e-4, help="peak learning rate (default 2e-4)")
-    g.add_argument("--weight-decay", type=_non_negative_float, default=0.0, help="AdamW weight decay (default 0)")
-    g.add_argument("--warmup-steps", type=_non_negative_int, help="linear warm-up steps (default 5%% of all steps)")
+    g.add_argument("--lora-rank", type=positive_int, default=32, help="LoRA rank (default 32)")
+    g.add_argument("--epochs", type=positive_int, default=1, help="epochs (default 1)")
+    g.add_argument("--max-steps", type=positive_int, help="stop after this many optimisation steps")
+    g.add_argument("--batch-size", type=positive_int, default=8, help="queries per micro-batch (default 8)")
+    g.add_argument("--max-docs-per-batch", type=positive_int, help="cap on documents per micro-batch")
+    g.add_argument("--negatives", type=non_negative_int, default=0, help="extra random negatives per batch")
+    g.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimisation step")
+    g.add_argument("--lr", type=positive_float, default=2e-4, help="peak learning rate (default 2e-4)")
+    g.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="AdamW weight decay (default 0)")
+    g.add_argument("--warmup-steps", type=non_negative_int, help="linear warm-up steps (default 5%% of all steps)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="trade compute for memory")
     g.add_argument("--no-bf16", action="store_true", help="no bf16 autocast on CUDA")
     g.add_argument("--device", help="cuda, mps or cpu (default: best available)")
-    g.add_argument("--threads", type=_positive_int, help="torch CPU threads (1 is often fastest for tiny models)")
+    g.add_argument("--threads", type=positive_int, help="torch CPU threads (1 is often fastest for tiny models)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g = p.add_argument_group("run")
-    g.add_argument("--save-every", type=_positive_int, help="also write OUT/checkpoint-<step> every N steps")
+    g.add_argument("--save-every", type=positive_int, help="also write OUT/checkpoint-<step> every N steps")
     g.add_argument("--resume", action="store_true", help="continue the run in OUT from its latest checkpoint")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -119,10 +102,9 @@ def register(subparsers: Any, add_common: Callable[..., None]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``docpc train``; returns the exit code (0 on success)."""
-    from .cli import EXIT_OK, UsageError
-    from .labels import load_labelled_corpus
-    from .training.data import GridSpec
-    from .training.trainer import Trainer, TrainingConfig
+    from docpc_retrievers.eval.corpus import load_labelled_corpus
+    from docpc_retrievers.config import GridSpec
+    from docpc_retrievers.training.trainer import Trainer, TrainingConfig
 
     if not args.data.is_dir():
         raise UsageError(f"DATA {str(args.data)!r} is not a folder")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["maxsim", "maxsim_half", "maxsim_padded", "maxsim_reference", "pad_vectors"]
+__all__ = ["maxsim", "maxsim_half", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors"]
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -36,6 +36,18 @@ def maxsim_reference(query: np.ndarray, document: np.ndarray) -> float:
     q = _as_matrix(query, "query")
     d = _as_matrix(document, "document")
     return float(sum(float(np.max(d @ q_i)) for q_i in q))
+
+
+def maxsim_matches(query: np.ndarray, document: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query token, the best document row and its similarity: ``(rows [n_q], sims [n_q])``.
+
+    ``sims.sum()`` is the MaxSim score; evidence maps credit each token's match to where ``rows`` lie.
+    """
+    q = _as_matrix(query, "query")
+    d = _as_matrix(document, "document")
+    sims = q @ d.T  # [n_q, n_d]
+    rows = sims.argmax(axis=1)
+    return rows, sims[np.arange(q.shape[0]), rows]
 
 
 def pad_vectors(items: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

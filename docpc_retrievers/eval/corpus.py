@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import DocPCError
+from docpc_retrievers.errors import DocPCError
 
 __all__ = ["LabelError", "LabelledCorpus", "LabelledQuery", "load_labelled_corpus"]
 

@@ -13,18 +13,22 @@ import logging
 import math
 import operator
 import os
+import threading
+from collections.abc import Callable
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 import pymupdf
 from PIL import Image
 
-from .errors import PDFLoadError
+from docpc_retrievers.errors import PDFLoadError
 
 __all__ = [
+    "PYMUPDF_LOCK",
     "DEFAULT_DPI",
     "DEFAULT_MAX_PIXELS",
     "PDFDocument",
@@ -147,10 +151,29 @@ def _zoom_limited(rect: pymupdf.Rect, zoom: float, box: tuple[int, int] | None, 
     return zoom
 
 
+#: PyMuPDF is not thread-safe, even across documents: every call into it in this
+#: process (opening, rendering, text, closing) holds this lock. Re-entrant, so a
+#: caller may hold it around several calls.
+PYMUPDF_LOCK = threading.RLock()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _locked(method: _F) -> _F:
+    """Run a method under :data:`PYMUPDF_LOCK`."""
+
+    @wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with PYMUPDF_LOCK:
+            return method(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 class PDFDocument:
     """An opened PDF: metadata, page labels, page sizes, text and on-demand page rendering.
 
-    Use from one thread only (PyMuPDF is not thread-safe). Close it, or use it as a
+    Safe to share between threads: every PyMuPDF call takes :data:`PYMUPDF_LOCK`. Close it, or use it as a
     context manager, to release the file.
     """
 
@@ -166,6 +189,7 @@ class PDFDocument:
         self._page_labels: list[str] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
+    @_locked
     def close(self) -> None:
         """Release the underlying PyMuPDF document; further page access raises ValueError."""
         if self._doc is not None:
@@ -194,6 +218,7 @@ class PDFDocument:
 
     # -- metadata --------------------------------------------------------------------
     @property
+    @_locked
     def page_labels(self) -> list[str]:
         """Printed page labels ("i", "ii", "1", ...) when the PDF defines them, else "1".."n"."""
         if self._page_labels is None:
@@ -206,6 +231,7 @@ class PDFDocument:
             self._page_labels = _compute_page_labels(rules, self.page_count)
         return list(self._page_labels)
 
+    @_locked
     def info(self) -> PDFInfo:
         """Return the document's metadata as an immutable :class:`PDFInfo`."""
         return PDFInfo(
@@ -218,12 +244,14 @@ class PDFDocument:
         )
 
     # -- pages -----------------------------------------------------------------------
+    @_locked
     def page_size(self, index: int) -> tuple[float, float]:
         """Width and height of a page in points, as displayed (rotation applied)."""
         page = self._load_page(self._check_index(index))
         rect = page.rect
         return (float(rect.width), float(rect.height))
 
+    @_locked
     def render(
         self,
         indices: Sequence[int],
@@ -254,6 +282,7 @@ class PDFDocument:
         logger.debug("%s: rendered pages %s", self.path, checked)
         return images
 
+    @_locked
     def text(self, indices: Sequence[int]) -> list[str]:
         """Return the text layer of the chosen pages (empty string for image-only pages)."""
         checked = [self._check_index(i) for i in self._as_index_list(indices)]
@@ -326,6 +355,7 @@ class PDFDocument:
         return Image.frombytes("RGB", (pixmap.width, pixmap.height), pixmap.samples, "raw", "RGB", pixmap.stride)
 
 
+@_locked
 def open_pdf(
     path: str | os.PathLike[str],
     *,

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from .errors import StoreLockedError
+from docpc_retrievers.errors import StoreLockedError
 
 __all__ = ["WriterLock"]
 
@@ -20,14 +20,14 @@ except ImportError:  # pragma: no cover - Windows
 
 
 class WriterLock:
-    """An advisory ``flock`` on ``<store>/write.lock`` held while a writer is open.
+    """An advisory ``flock`` on a store's lock file (``StoreLayout.lock``) held while a writer is open.
 
     The lock is released by the OS when the process dies, so a killed
     indexing run never leaves a stale lock behind.
     """
 
-    def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / "write.lock"
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:

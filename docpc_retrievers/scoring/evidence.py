@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .composition import GridLayout
+from docpc_retrievers.documents.composition import GridLayout
+from docpc_retrievers.scoring.maxsim import maxsim_matches
 
-__all__ = ["TokenGrid", "EvidencePage", "token_pages", "evidence_shares"]
+__all__ = ["TokenGrid", "evidence_shares", "token_pages"]
 
 
 @dataclass(frozen=True)
@@ -57,26 +58,6 @@ class TokenGrid:
         return cls(int(rows_idx[0]), int(rows), int(cols))
 
 
-@dataclass(frozen=True)
-class EvidencePage:
-    """A page behind a result (1-based number): its share of the grid's MaxSim, or its own page score."""
-
-    page: int
-    share: float | None = None
-    score: float | None = None
-    label: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"page": self.page}
-        if self.share is not None:
-            out["share"] = round(self.share, 6)
-        if self.score is not None:
-            out["score"] = self.score
-        if self.label is not None:
-            out["label"] = self.label
-        return out
-
-
 def token_pages(layout: GridLayout, rows: int, cols: int) -> np.ndarray:
     """Page index (0-based) under the centre of each of ``rows x cols`` visual tokens, row-major; -1 for none.
 
@@ -111,11 +92,8 @@ def evidence_shares(
     maxima, so matches on prompt tokens or padding keep the rest of the share.
     Returns ``{page_index (0-based): share}`` for pages that got credit.
     """
-    q = np.asarray(query, dtype=np.float32)
-    d = np.asarray(document, dtype=np.float32)
-    sims = q @ d.T  # [t, n]
-    best_row = sims.argmax(axis=1)
-    best = np.maximum(sims[np.arange(len(q)), best_row], 0.0)
+    best_row, best = maxsim_matches(query, document)
+    best = np.maximum(best, 0.0)
     total = float(best.sum())
     if total <= 0:
         return {}

@@ -1,0 +1,338 @@
+"""The one layer both framework integrations stand on: options, one retrieval call, metadata, images, loading.
+
+The LlamaIndex and LangChain packages present the same results in their own
+types. Everything else is decided once, here: which options a retriever has
+and how they are checked and saved (:class:`RetrieverOptions`), how a query
+becomes hits with text and image bytes (:func:`retrieve`), what a result's
+metadata holds (:func:`result_metadata`), how a store is opened or built
+(:func:`open_index`, :func:`build_index`) and how loaders compose PDFs
+without a model (:func:`compose_pdfs`).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from PIL import Image
+
+from docpc_retrievers.config import AGGREGATES, DEFAULT_TOP_K, EncoderOptions, GridSpec, IndexSettings, SearchOptions
+from docpc_retrievers.documents.discovery import discover_pdfs
+from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
+from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.errors import PDFLoadError
+from docpc_retrievers.index import DocPCIndex
+from docpc_retrievers.results import Hit, SearchResult
+from docpc_retrievers.store.layout import StoreLayout
+
+__all__ = [
+    "DEFAULT_PAGE_DPI",
+    "DROPPED_METADATA_KEYS",
+    "IMAGE_MIME_TYPE",
+    "PathLike",
+    "RETURN_IMAGES",
+    "RetrieverOptions",
+    "ReturnImages",
+    "b64_png",
+    "build_index",
+    "check_query",
+    "clean_metadata",
+    "compose_pdfs",
+    "open_index",
+    "path_list",
+    "result_metadata",
+    "retrieve",
+    "save_options",
+    "saved_options",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+IMAGE_MIME_TYPE = "image/png"
+
+#: Resolution of page images rendered on demand (``return_images="pages"``).
+DEFAULT_PAGE_DPI = 144.0
+
+#: ``"grid"``: the stored grid; ``"pages"``: the selected pages rendered from the source PDF; None: no image.
+ReturnImages = Literal["grid", "pages"] | None
+RETURN_IMAGES: tuple[str | None, ...] = ("grid", "pages", None)
+
+#: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
+DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
+
+_OPTIONS_FORMAT = 1
+#: Options for which None is a value (not "leave the default").
+_NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight"})
+#: Keys of option files written by version 0.1 (LlamaIndex's persist).
+_LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
+
+
+@dataclass(frozen=True)
+class RetrieverOptions:
+    """The options both retrievers expose, checked when the retriever is built (not at the first query).
+
+    ``top_k`` documents per query; ``filters`` a Chroma ``where`` dict;
+    ``aggregate`` combines page scores of page-mode stores (``max``, ``mean``,
+    ``sum``); ``rerank`` turns on grid-then-page reranking (``rerank_top_n``,
+    ``page_budget``, ``grid_weight``: None takes the core default);
+    ``return_images`` and ``page_dpi`` choose the image each hit carries;
+    ``password`` opens encrypted sources (never saved).
+    """
+
+    top_k: int = DEFAULT_TOP_K
+    filters: Mapping[str, Any] | None = None
+    aggregate: str = "max"
+    rerank: bool = False
+    rerank_top_n: int | None = None
+    page_budget: int | None = None
+    grid_weight: float | None = None
+    return_images: ReturnImages = "grid"
+    page_dpi: float = DEFAULT_PAGE_DPI
+    password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.return_images not in RETURN_IMAGES:
+            raise ValueError(f"return_images must be 'grid', 'pages' or None, got {self.return_images!r}")
+        if isinstance(self.page_dpi, bool) or not isinstance(self.page_dpi, (int, float)) or not self.page_dpi > 0:
+            raise ValueError(f"page_dpi must be > 0, got {self.page_dpi!r}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
+        self.search_options()  # top_k, filters and the rerank settings fail now
+
+    @classmethod
+    def from_framework(
+        cls, values: Mapping[str, Any], names: Mapping[str, str], *, password: str | None = None
+    ) -> RetrieverOptions:
+        """Options from a retriever's own attribute names (``names``: framework name -> core name).
+
+        Errors name the option as the framework spells it (``similarity_top_k``, ``k``, ...).
+        """
+        core = {names.get(k, k): v for k, v in values.items() if v is not None or names.get(k, k) in _NULLABLE}
+        try:
+            return cls(password=password, **core)
+        except (TypeError, ValueError) as exc:
+            message = str(exc)
+            for framework, name in names.items():
+                message = re.sub(rf"\b{name}\b", framework, message)
+            raise type(exc)(message) from None
+
+    def search_options(self) -> SearchOptions:
+        """These options as the core's :class:`SearchOptions`."""
+        return SearchOptions.build(
+            self.top_k,
+            filters=self.filters,
+            aggregate=self.aggregate,
+            rerank=self.rerank,
+            rerank_top_n=self.rerank_top_n,
+            page_budget=self.page_budget,
+            grid_weight=self.grid_weight,
+            password=self.password,
+        )
+
+    def override(self, **changes: Any) -> RetrieverOptions:
+        """A copy with the given options changed; None values leave an option as it is."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form saved with a store (without the password)."""
+        data = asdict(self)
+        data.pop("password")
+        data["filters"] = dict(self.filters) if self.filters else None
+        return {"format": _OPTIONS_FORMAT, **data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetrieverOptions:
+        """Rebuild saved options; unknown keys are ignored, a newer format is refused."""
+        if data.get("format", _OPTIONS_FORMAT) != _OPTIONS_FORMAT:
+            raise ValueError(f"retriever options format {data.get('format')!r} is not supported")
+        names = set(cls.__dataclass_fields__) - {"password"}
+        renamed = {_LEGACY_NAMES.get(k, k): v for k, v in data.items()}
+        return cls(**{k: v for k, v in renamed.items() if k in names})
+
+
+def check_query(query: object) -> str:
+    """Return the query, or raise a clear error for a non-string (TypeError), empty or blank one (ValueError)."""
+    if not isinstance(query, str):
+        raise TypeError(f"the query must be a string, got {type(query).__name__}")
+    if not query.strip():
+        raise ValueError("the query is empty or only whitespace; DocPCRetriever needs some text to search for")
+    return query
+
+
+def path_list(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
+    """One path or many, as a list (a bare string is one path, not its characters)."""
+    if isinstance(paths, (str, os.PathLike)):
+        return [paths]
+    return list(paths)
+
+
+def clean_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Stored metadata without None values (frameworks would print them as 'None') or internal keys."""
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in metadata.items()
+        if v is not None and k not in DROPPED_METADATA_KEYS
+    }
+
+
+def result_metadata(result: SearchResult) -> dict[str, Any]:
+    """A search result's metadata: stored keys plus score, rank, evidence pages and rerank details.
+
+    ``evidence_pages`` lists 1-based page numbers, the page behind most of the
+    score first; after reranking ``grid_score`` is the score before fusion.
+    """
+    metadata = clean_metadata(result.metadata)
+    metadata.update(score=result.score, rank=result.rank)
+    if result.evidence_pages:
+        metadata["evidence_pages"] = [e.page for e in result.evidence_pages]
+    if result.reranked:
+        metadata["reranked"] = True
+        metadata["grid_score"] = result.grid_score
+    return metadata
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    """A PIL image encoded as PNG."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", optimize=False, compress_level=6)
+    return buf.getvalue()
+
+
+def b64_png(data: bytes | Image.Image) -> str:
+    """Base64 text of PNG bytes, or of a PIL image encoded as PNG."""
+    return base64.b64encode(png_bytes(data) if isinstance(data, Image.Image) else data).decode("ascii")
+
+
+def open_index(
+    persist_dir: PathLike,
+    *,
+    model: PathLike | None = None,
+    encoder: Encoder | None = None,
+    encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
+) -> DocPCIndex:
+    """Open a store read-only for a retriever (the store's own model unless one is given)."""
+    return DocPCIndex(persist_dir, model=model, encoder=encoder, encoder_kwargs=encoder_kwargs)
+
+
+def build_index(
+    paths: PathLike | Iterable[PathLike],
+    *,
+    persist_dir: PathLike | None = None,
+    model: PathLike | None = None,
+    encoder: Encoder | None = None,
+    strategy: str | None = None,
+    pages: int | None = None,
+    settings: IndexSettings | None = None,
+    password: str | None = None,
+    progress: bool = False,
+    encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
+) -> DocPCIndex:
+    """Index PDF files and folders for a retriever's ``from_pdfs``; the index stays writable.
+
+    With ``persist_dir`` the store is created there, or reopened and extended
+    (unchanged files are skipped); without it a temporary store is used.
+    Failures are logged and listed in ``index.last_report``.
+    """
+    return DocPCIndex.from_pdfs(
+        path_list(paths),
+        persist_dir,
+        model=model,
+        encoder=encoder,
+        settings=settings,
+        strategy=strategy,
+        pages=pages,
+        password=password,
+        progress=progress,
+        encoder_kwargs=encoder_kwargs,
+    )
+
+
+def save_options(layout: StoreLayout, options: RetrieverOptions, extra: Mapping[str, Any] | None = None) -> None:
+    """Keep a retriever's options with its store (``extra``: framework-specific keys), so reopening restores them."""
+    layout.write_retriever_options({**options.to_dict(), **dict(extra or {})})
+
+
+def saved_options(layout: StoreLayout) -> dict[str, Any]:
+    """Options a retriever saved with this store, as :class:`RetrieverOptions` keywords ({} when none)."""
+    data = layout.read_retriever_options()
+    if not data:
+        return {}
+    saved = asdict(RetrieverOptions.from_dict(data))
+    given = {_LEGACY_NAMES.get(k, k) for k in data}
+    return {k: v for k, v in saved.items() if k in given and k != "password"}
+
+
+class _PageModeWarning:
+    """Warns once per index that a page-mode store has no grid images."""
+
+    def __init__(self) -> None:
+        self._warned: set[int] = set()
+
+    def __call__(self, index: DocPCIndex) -> None:
+        if id(index) not in self._warned:
+            self._warned.add(id(index))
+            logger.warning("store %s is page-mode: it has no grid images; use return_images='pages'", index.path)
+
+
+_warn_page_mode = _PageModeWarning()
+
+
+def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> list[Hit]:
+    """Search ``index`` and return hits with text, metadata and the images ``options`` ask for, best first."""
+    text_query = check_query(query)
+    results = index.search_with([text_query], options.search_options())[0]
+    logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
+    if not results:
+        return []
+    texts = index.store.texts([r.id for r in results])
+    return [_hit(index, r, texts.get(r.id, ""), options) for r in results]
+
+
+def _hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit:
+    metadata = result_metadata(result)
+    if options.return_images == "pages":
+        pages = index.render_pages(result.id, dpi=options.page_dpi, password=options.password)
+        return Hit(result, text, metadata, pages=[(n, png_bytes(image), t) for n, image, t in pages])
+    if options.return_images == "grid":
+        if result.metadata.get("mode") == "page":
+            _warn_page_mode(index)
+        else:
+            return Hit(result, text, metadata, image=index.grid_image_bytes(result.id))
+    return Hit(result, text, metadata)
+
+
+def compose_pdfs(
+    paths: PathLike | Iterable[PathLike],
+    spec: GridSpec,
+    *,
+    password: str | None = None,
+    raise_on_error: bool = False,
+) -> Iterator[RepresentedDocument]:
+    """For document loaders: each readable PDF composed as the index would, lazily, identical files once.
+
+    No model is loaded. Files that cannot be used are logged and skipped
+    unless ``raise_on_error``; the yielded metadata is already cleaned.
+    """
+    seen: set[str] = set()
+    for path in discover_pdfs(path_list(paths)):
+        try:
+            doc = represent_pdf(path, spec, password=password)
+        except PDFLoadError as exc:
+            if raise_on_error:
+                raise
+            logger.warning("skipping %s", exc)
+            continue
+        if doc.doc_id in seen:
+            logger.info("skipping %s: same content as a file already loaded", path)
+            continue
+        seen.add(doc.doc_id)
+        doc.metadata = clean_metadata(doc.metadata)
+        yield doc

@@ -1,0 +1,85 @@
+"""The ``docpc`` command line: builds the parser from the command modules and runs one command.
+
+Exit codes (see :mod:`docpc_retrievers.cli.common`): 0 success; 3 some files
+failed and the rest were done; 2 usage errors; 1 fatal errors. A library
+error prints its message; anything unexpected prints one line naming the
+exception (``-v`` shows the traceback). No command ever dumps a raw traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from importlib import import_module
+
+from docpc_retrievers import __version__
+from docpc_retrievers.cli.common import EXIT_FATAL, UsageError
+from docpc_retrievers.errors import DocPCError
+
+__all__ = ["build_parser", "main"]
+
+logger = logging.getLogger("docpc_retrievers.cli")
+
+#: Command modules, in help order; each has ``register(subparsers)`` and sets ``func`` on its parsers.
+COMMAND_MODULES: tuple[str, ...] = (
+    "docpc_retrievers.cli.index",
+    "docpc_retrievers.cli.search",
+    "docpc_retrievers.cli.store",
+    "docpc_retrievers.cli.eval",
+    "docpc_retrievers.cli.train",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``docpc`` argument parser with every command registered."""
+    parser = argparse.ArgumentParser(
+        prog="docpc",
+        description="Document-level visual retrieval over PDFs (representative pages composed into one grid).",
+    )
+    parser.add_argument("--version", action="version", version=f"docpc-retrievers {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        import_module(module).register(sub)
+    return parser
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    # force=True: importing colpali-engine may already have attached a root handler.
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
+    if verbose < 2:
+        for noisy in ("chromadb", "httpx", "transformers", "urllib3", "huggingface_hub"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
+        # transformers draws "Loading weights" bars on every model load; ours is the only bar.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``docpc``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    _setup_logging(verbose)
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        parser.error(str(exc))
+    except DocPCError as exc:
+        print(f"docpc: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("docpc: interrupted; committed documents are kept, re-run the same command to finish", file=sys.stderr)
+        return 130
+    except Exception as exc:  # anything unexpected: one line, the traceback only with -v
+        if verbose:
+            logger.exception("unexpected error")
+        print(f"docpc: unexpected {type(exc).__name__}: {exc} (run with -v for details)", file=sys.stderr)
+    return EXIT_FATAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

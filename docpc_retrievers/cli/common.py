@@ -1,0 +1,115 @@
+"""What every ``docpc`` command shares: exit codes, argument types, the store options, JSON output.
+
+Exit codes: 0 success; 3 some files failed and the rest were done; 2 usage
+errors; 1 fatal errors (bad store, model that cannot load, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "EXIT_FATAL",
+    "EXIT_OK",
+    "EXIT_PARTIAL",
+    "EXIT_USAGE",
+    "UsageError",
+    "add_store_options",
+    "emit",
+    "encoder_options",
+    "grid_shape_arg",
+    "non_negative_float",
+    "non_negative_int",
+    "pair_arg",
+    "positive_float",
+    "positive_int",
+]
+
+EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad arguments found after parsing; reported like argparse's own errors (exit 2)."""
+
+
+def positive_int(text: str) -> int:
+    """An argument that must be an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argument that must be an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argument that must be a finite number > 0."""
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argument that must be a finite number >= 0."""
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def pair_arg(text: str, what: str = "ROWSxCOLS such as 2x2") -> tuple[int, int]:
+    """``AxB`` as two integers >= 1 (grid shapes, cell sizes)."""
+    try:
+        a, b = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if a < 1 or b < 1:
+        raise argparse.ArgumentTypeError(f"both numbers of {what} must be >= 1")
+    return a, b
+
+
+def grid_shape_arg(text: str) -> tuple[int, int]:
+    """A grid shape ``ROWSxCOLS``."""
+    return pair_arg(text, "ROWSxCOLS such as 2x2")
+
+
+def add_store_options(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+    """``--store`` and the Chroma server options (plus the model options when the command encodes)."""
+    p.add_argument("--store", required=True, type=Path, help="store directory")
+    p.add_argument("--host", help="Chroma server host (records on the server, vectors in --store)")
+    p.add_argument("--port", type=int, default=8000, help="Chroma server port (default 8000)")
+    p.add_argument("--collection", default="docpc", help="Chroma collection name (default docpc)")
+    if model:
+        p.add_argument("--model", help="checkpoint id or local path (default: the store's model)")
+        p.add_argument("--device", help="cuda, mps or cpu (default: best available)")
+        p.add_argument("--batch-size", type=positive_int, default=4, help="images per encoder batch")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+
+
+def store_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for ``DocPCIndex`` from the store options."""
+    return {"host": args.host, "port": args.port, "collection": args.collection}
+
+
+def encoder_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Encoder options given on the command line (only those that were set)."""
+    names = {"device": "device", "batch_size": "batch_size", "max_visual_tokens": "max_num_visual_tokens"}
+    return {key: getattr(args, arg) for arg, key in names.items() if getattr(args, arg, None)}
+
+
+def emit(data: Any) -> None:
+    """Print JSON to stdout."""
+    json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")

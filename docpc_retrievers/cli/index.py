@@ -1,0 +1,113 @@
+"""``docpc index`` and ``docpc delete``: add PDFs to a store, take documents out of it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from docpc_retrievers.cli.common import (
+    EXIT_FATAL,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    UsageError,
+    add_store_options,
+    emit,
+    encoder_options,
+    grid_shape_arg,
+    positive_int,
+    store_kwargs,
+)
+
+__all__ = ["register"]
+
+
+def _pages(text: str) -> int:
+    """K, or 0 for 'all' (every page; page mode only)."""
+    if text.lower() == "all":
+        return 0
+    return positive_int(text)
+
+
+def register(sub: Any) -> None:
+    """Add ``index`` and ``delete``."""
+    from docpc_retrievers.documents.selection import STRATEGIES
+
+    p = sub.add_parser("index", help="index PDF files and folders (recursively)")
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="PDF files or folders")
+    add_store_options(p)
+    p.add_argument("--mode", choices=("grid", "page"), help="grid (DocPC, default) or page (page-level baseline)")
+    p.add_argument("--strategy", choices=STRATEGIES, help="page selection (new stores; default first)")
+    p.add_argument(
+        "--pages", type=_pages, help="K representative pages per document (default 4; in page mode 'all' encodes every page)"
+    )
+    p.add_argument("--grid", type=grid_shape_arg, help="explicit grid shape ROWSxCOLS (default: from --pages)")
+    p.add_argument("--seed", type=int, help="seed for the random and cluster strategies (default 0)")
+    p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
+    p.add_argument("--password", help="password for encrypted PDFs")
+    p.add_argument("--commit-every", type=positive_int, default=8, help="documents per commit (default 8)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_index)
+
+    p = sub.add_parser("delete", help="delete documents by id or source path")
+    p.add_argument("targets", nargs="+", metavar="ID_OR_PATH")
+    add_store_options(p, model=False)
+    p.set_defaults(func=run_delete)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """Index settings from the options given; options not given keep the store's recorded values."""
+    from docpc_retrievers.config import IndexSettings
+    from docpc_retrievers.store.layout import StoreLayout
+
+    given = {k: getattr(args, k) for k in ("mode", "strategy", "grid", "seed") if getattr(args, k) is not None}
+    if args.pages is not None:
+        given["pages"] = args.pages or None  # 0 stands for every page
+    recorded = StoreLayout.at(args.store).recorded_settings().get("index")
+    try:
+        base = IndexSettings.from_dict(recorded) if isinstance(recorded, dict) else IndexSettings()
+        if "grid" not in given and ("pages" in given or given.get("mode") == "page"):
+            base = replace(base, grid=None)  # the shape follows the new K (or there is no grid)
+        return replace(base, **given) if given else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_index(args: argparse.Namespace) -> int:
+    """``docpc index``: 0 when every file was indexed or skipped, 3 when some failed."""
+    from docpc_retrievers.index import DocPCIndex
+
+    settings = _settings(args)
+    with DocPCIndex(
+        args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),
+        **store_kwargs(args),
+    ) as index:
+        report = index.add_pdfs(
+            args.paths, password=args.password, batch_size=args.commit_every, progress=not args.no_progress
+        )
+    if args.json:
+        emit(report.to_dict())
+    else:
+        print(f"indexed {len(report.indexed)}, skipped {len(report.skipped)} unchanged, failed {len(report.failed)}")
+        for failure in report.failed:
+            print(f"  failed: {failure.reason}", file=sys.stderr)
+    return EXIT_PARTIAL if report.failed else EXIT_OK
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    """``docpc delete``: 1 when nothing matched."""
+    from docpc_retrievers.index import DocPCIndex
+
+    with DocPCIndex(args.store, writable=True, **store_kwargs(args)) as index:
+        ids = index.resolve_ids(args.targets)
+        deleted = index.delete(ids)
+    if args.json:
+        emit({"deleted": deleted, "ids": ids})
+    else:
+        print(f"deleted {deleted} document(s)")
+    if deleted == 0:
+        print(f"docpc: no stored document matches {', '.join(args.targets)}", file=sys.stderr)
+        return EXIT_FATAL
+    return EXIT_OK

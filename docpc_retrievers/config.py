@@ -1,0 +1,313 @@
+"""Every setting of docpc-retrievers, each default stated once.
+
+* :class:`GridSpec`: how a document becomes one grid (page selection and
+  layout); shared by indexing and training.
+* :class:`IndexSettings`: a :class:`GridSpec` plus the mode (grid or page) and
+  the page size; recorded in a store so every document is built the same way.
+* :class:`EncoderOptions`: how the encoder runs (device, dtype, batch size,
+  visual-token budget); passed to :class:`~docpc_retrievers.encoders.ColPaliEncoder`.
+* :class:`SearchOptions` and :class:`RerankSettings`: per-query choices.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE, grid_shape
+from docpc_retrievers.documents.selection import STRATEGIES
+
+__all__ = [
+    "AGGREGATES",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_PAGE_SIZE",
+    "DEFAULT_TOP_K",
+    "MODES",
+    "Aggregate",
+    "EncoderOptions",
+    "GridSpec",
+    "IndexSettings",
+    "RerankSettings",
+    "SearchOptions",
+]
+
+#: PDFs larger than this are refused (each one fails on its own; the batch goes on).
+DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
+
+#: ``grid``: K pages composed into one image per document (DocPC); ``page``: every
+#: selected page encoded on its own, the page-level baseline (MaxP/AvgP/SumP).
+MODES = ("grid", "page")
+
+#: Box each page is rendered into for page mode and reranking; the processor then
+#: scales it to its own resolution (about 768 visual tokens for ColQwen2).
+DEFAULT_PAGE_SIZE = (1024, 1324)
+
+#: Documents a search returns when not told otherwise.
+DEFAULT_TOP_K = 5
+
+#: How page scores combine into a document score in page mode: MaxP, AvgP, SumP.
+AGGREGATES = ("max", "mean", "sum")
+Aggregate = Literal["max", "mean", "sum"]
+
+
+def _pair(value: Any, name: str) -> tuple[int, int]:
+    if len(value) != 2 or any(isinstance(v, bool) or operator.index(v) < 1 for v in value):
+        raise ValueError(f"{name} must be two integers >= 1, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """How a document becomes one grid image: page selection and layout.
+
+    ``strategy`` picks the pages (see :data:`STRATEGIES`); ``pages`` is K;
+    ``grid`` an explicit ``(rows, cols)`` (default: the near-square grid
+    holding K); ``cell_size`` each cell's (width, height) in pixels;
+    ``seed`` drives the ``random`` and ``cluster`` strategies.
+    """
+
+    strategy: str = "first"
+    pages: int = 4
+    grid: tuple[int, int] | None = None
+    cell_size: tuple[int, int] = DEFAULT_CELL_SIZE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_selection(self.strategy, self.pages, required=True)
+        object.__setattr__(self, "cell_size", _pair(self.cell_size, "cell_size"))
+        if self.grid is not None:
+            object.__setattr__(self, "grid", _check_grid(self.grid, self.pages))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, cols) of the grid."""
+        return self.grid if self.grid is not None else grid_shape(self.pages)
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(width, height) in pixels of every grid image."""
+        rows, cols = self.shape
+        return self.cell_size[0] * cols, self.cell_size[1] * rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` reverses it."""
+        return {
+            "strategy": self.strategy,
+            "pages": self.pages,
+            "grid": list(self.shape),
+            "cell_size": list(self.cell_size),
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GridSpec:
+        """Rebuild from :meth:`to_dict` output (missing keys take the defaults)."""
+        grid = data.get("grid")
+        return cls(
+            strategy=str(data.get("strategy", "first")),
+            pages=int(data.get("pages", 4)),
+            grid=(int(grid[0]), int(grid[1])) if grid else None,
+            cell_size=tuple(int(v) for v in data.get("cell_size", DEFAULT_CELL_SIZE)),  # type: ignore[arg-type]
+            seed=int(data.get("seed", 0)),
+        )
+
+
+def _check_selection(strategy: str, pages: int | None, *, required: bool) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if pages is None:
+        if required:
+            raise ValueError("grid mode needs a page count K (pages=...)")
+    elif isinstance(pages, bool) or operator.index(pages) < 1:
+        raise ValueError(f"pages (K) must be >= 1, got {pages!r}")
+
+
+def _check_grid(grid: tuple[int, int], pages: int | None) -> tuple[int, int]:
+    rows, cols = (operator.index(v) for v in grid)
+    if rows < 1 or cols < 1 or (pages is not None and rows * cols < pages):
+        raise ValueError(f"a {rows}x{cols} grid cannot hold {pages} pages")
+    return rows, cols
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """How documents become what is encoded; recorded in the store so every document is built the same way.
+
+    Grid mode (default) composes ``pages`` (K) representative pages into one
+    grid per document (see :class:`GridSpec` for ``strategy``, ``grid``,
+    ``cell_size``, ``seed``). Page mode encodes each selected page on its
+    own (``pages=None``: every page), rendered into ``page_size``, which is
+    also the size of full-resolution pages for reranking.
+    """
+
+    strategy: str = "first"
+    pages: int | None = 4
+    grid: tuple[int, int] | None = None
+    cell_size: tuple[int, int] = DEFAULT_CELL_SIZE
+    seed: int = 0
+    mode: str = "grid"
+    page_size: tuple[int, int] = DEFAULT_PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        _check_selection(self.strategy, self.pages, required=self.mode == "grid")
+        if self.grid is not None and self.mode == "page":
+            raise ValueError("grid= applies to grid mode only")
+        if self.grid is not None:
+            object.__setattr__(self, "grid", _check_grid(self.grid, self.pages))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, cols) of the grid (grid mode)."""
+        if self.grid is not None:
+            return (int(self.grid[0]), int(self.grid[1]))
+        return grid_shape(self.pages or 1)
+
+    @property
+    def grid_spec(self) -> GridSpec:
+        """The grid part of these settings (grid mode only)."""
+        if self.mode != "grid" or self.pages is None:
+            raise ValueError("page-mode settings have no grid")
+        return GridSpec(self.strategy, self.pages, self.grid, self.cell_size, self.seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The form recorded in a store; :meth:`from_dict` reverses it."""
+        out: dict[str, Any] = {"mode": self.mode, "strategy": self.strategy, "pages": self.pages, "seed": self.seed}
+        if self.mode == "grid":
+            out["grid"] = list(self.shape)
+            out["cell_size"] = list(self.cell_size)
+        out["page_size"] = list(self.page_size)  # page mode, and full-resolution pages for reranking
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IndexSettings:
+        """Rebuild from :meth:`to_dict` output (missing keys take the defaults)."""
+        grid = data.get("grid")
+        pages = data.get("pages", 4)
+        return cls(
+            strategy=str(data.get("strategy", "first")),
+            pages=None if pages is None else int(pages),
+            grid=(int(grid[0]), int(grid[1])) if grid else None,
+            cell_size=tuple(data.get("cell_size", DEFAULT_CELL_SIZE)),  # type: ignore[arg-type]
+            seed=int(data.get("seed", 0)),
+            mode=str(data.get("mode", "grid")),
+            page_size=tuple(data.get("page_size", DEFAULT_PAGE_SIZE)),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    """How the encoder runs; None leaves the encoder's own default (best device, its dtype, ...).
+
+    ``max_num_visual_tokens`` caps visual tokens per image for Qwen-family
+    models (changes the embedding, so it is recorded in the store).
+    """
+
+    device: str | None = None
+    dtype: str | None = None
+    batch_size: int | None = None
+    max_num_visual_tokens: int | None = None
+    local_files_only: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_num_visual_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or operator.index(value) < 1):
+                raise ValueError(f"{name} must be >= 1, got {value!r}")
+
+    @classmethod
+    def coerce(cls, value: EncoderOptions | Mapping[str, Any] | None) -> EncoderOptions:
+        """Accept options, a plain ``encoder_kwargs`` dict (the older spelling) or None."""
+        if isinstance(value, EncoderOptions):
+            return value
+        data = dict(value or {})
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: data.pop(k) for k in list(data) if k in known}, extra=data)
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the encoder's constructor (only what was set)."""
+        out = {k: v for k, v in asdict(self).items() if k != "extra" and v is not None}
+        out.update(self.extra)
+        return out
+
+
+@dataclass(frozen=True)
+class RerankSettings:
+    """Grid-then-page reranking: ``top_n`` documents rescored, each from at most ``page_budget`` pages.
+
+    ``grid_weight`` weighs the grid score against the best page score in the
+    fused score (see :func:`docpc_retrievers.rerank.fuse`).
+    """
+
+    top_n: int = 20
+    page_budget: int = 4
+    grid_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.top_n < 1 or self.page_budget < 1:
+            raise ValueError("rerank top_n and page_budget must be >= 1")
+        if not 0.0 <= self.grid_weight <= 1.0:
+            raise ValueError("grid_weight must be within [0, 1]")
+
+    @classmethod
+    def build(
+        cls, top_n: int | None = None, page_budget: int | None = None, grid_weight: float | None = None
+    ) -> RerankSettings:
+        """Settings from optional values; None takes the default."""
+        d = cls()
+        return cls(
+            top_n=d.top_n if top_n is None else top_n,
+            page_budget=d.page_budget if page_budget is None else page_budget,
+            grid_weight=d.grid_weight if grid_weight is None else grid_weight,
+        )
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """One search's choices, shared by the index, the CLI and both framework integrations.
+
+    ``filters`` is a Chroma ``where`` dict; ``aggregate`` combines page scores
+    in page mode; ``rerank`` turns on grid-then-page reranking with
+    ``rerank_settings``; ``password`` opens encrypted sources when pages are rendered.
+    """
+
+    top_k: int = DEFAULT_TOP_K
+    filters: Mapping[str, Any] | None = None
+    aggregate: str = "max"
+    rerank: bool = False
+    rerank_settings: RerankSettings = field(default_factory=RerankSettings)
+    password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (an integer), got {self.top_k!r}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
+        if self.filters is not None and not isinstance(self.filters, Mapping):
+            raise TypeError(f"filters must be a Chroma where dict, got {type(self.filters).__name__}")
+
+    @classmethod
+    def build(
+        cls,
+        top_k: int = DEFAULT_TOP_K,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        aggregate: str = "max",
+        rerank: bool = False,
+        rerank_top_n: int | None = None,
+        page_budget: int | None = None,
+        grid_weight: float | None = None,
+        password: str | None = None,
+    ) -> SearchOptions:
+        """Options from the flat keywords of ``DocPCIndex.search`` (None takes the default)."""
+        rerank_settings = RerankSettings.build(rerank_top_n, page_budget, grid_weight)
+        return cls(top_k, dict(filters) if filters else None, aggregate, bool(rerank), rerank_settings, password)
+
+    @property
+    def depth(self) -> int:
+        """How many first-stage hits a search needs: more than ``top_k`` when reranking."""
+        return max(self.top_k, self.rerank_settings.top_n) if self.rerank else self.top_k

@@ -1,0 +1,1 @@
+"""From PDF files to what an encoder sees: discovery, PDF rendering, page selection, grid composition."""

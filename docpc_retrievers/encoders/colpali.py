@@ -1,0 +1,394 @@
+"""ColPaliEncoder: ColPali-family late-interaction models loaded with colpali-engine.
+
+It implements :class:`~docpc_retrievers.encoders.protocol.Encoder`: float32
+``[n_vectors, dim]`` arrays per image or query with padding rows removed,
+plus the visual-token geometry evidence maps need. Heavy imports (torch,
+transformers, colpali-engine: about 7 s) happen only when one is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+from PIL import Image
+
+from docpc_retrievers.errors import DocPCError, ModelLoadError
+
+if TYPE_CHECKING:
+    import torch
+
+from docpc_retrievers.encoders.checkpoints import _Checkpoint, _how_to_fix, _inspect_checkpoint
+from docpc_retrievers.encoders.families import _FAMILIES, DEFAULT_MODEL, _Family, _family_from_config, _normalise_family
+from docpc_retrievers.encoders.protocol import EncodedImage, Encoder
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- ColPaliEncoder
+
+
+def import_colpali_models() -> ModuleType:
+    """Import ``colpali_engine.models`` without its side effect on logging.
+
+    colpali-engine 0.3.18 calls ``logging.info(...)`` at import when fast-plaid is missing,
+    which runs ``logging.basicConfig()`` and leaves a handler on the root logger: any later
+    ``logging.basicConfig(...)`` of the application would then silently do nothing. If the
+    root logger had no handlers before, the ones the import added are removed again.
+    """
+    root = logging.getLogger()
+    had_handlers = bool(root.handlers)
+    import colpali_engine.models as models
+
+    if not had_handlers:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+    return models
+
+
+def pick_device(device: str | None) -> str:
+    """The device to run on: ``device`` if it is usable, else cuda, else mps, else cpu."""
+    import torch
+
+    if device is not None:
+        try:
+            kind = torch.device(device).type
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"Invalid device {device!r}: {exc}") from None
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"Device {device!r} requested but CUDA is not available in this torch build/machine.")
+        if kind == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"Device {device!r} requested but MPS is not available.")
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def pick_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
+    """The torch dtype for ``dtype`` (name, alias or dtype); None gives bfloat16 on cuda, float32 elsewhere."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        # bf16 is the models' dtype on GPUs. fp16 can overflow in these models' activations (NaN rows) and
+        # bf16 on mps depends on the macOS/torch version, so mps gets the safe choice: fp32.
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+    name = aliases.get(dtype.lower(), dtype.lower()).removeprefix("torch.")
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"Invalid dtype {dtype!r}; use bfloat16, float16 or float32.")
+    return value
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class ColPaliEncoder:
+    """Late-interaction encoder for ColPali-family checkpoints, loaded with colpali-engine.
+
+    ``model``: hub id or local folder (full checkpoint or PEFT adapter). ``family``: one of
+    :data:`SUPPORTED_FAMILIES`, detected from the checkpoint's config when None.
+    ``device``: cuda, else mps, else cpu. ``dtype``: bfloat16 on cuda, float32 elsewhere.
+    ``max_num_visual_tokens``: cap on visual tokens per image for dynamic-resolution (Qwen)
+    families (sets the image processor's max pixels to ``N * tile**2``, tile = 28 px for
+    ColQwen2/2.5); other families use fixed or tiled resolutions and raise ``ValueError``.
+    ``mask_non_image_embeddings``: keep only visual-token rows of image embeddings
+    (prompt-token rows are dropped, not stored as zero vectors).
+    ``local_files_only``: None = automatic (True under HF_HUB_OFFLINE or when the Hub is unreachable).
+    """
+
+    def __init__(
+        self,
+        model: str | Path = DEFAULT_MODEL,
+        *,
+        family: str | None = None,
+        device: str | None = None,
+        dtype: torch.dtype | str | None = None,
+        batch_size: int = 4,
+        max_num_visual_tokens: int | None = None,
+        mask_non_image_embeddings: bool = False,
+        local_files_only: bool | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_num_visual_tokens is not None and max_num_visual_tokens < 1:
+            raise ValueError(f"max_num_visual_tokens must be >= 1, got {max_num_visual_tokens}")
+
+        ckpt = _inspect_checkpoint(model, local_files_only)
+        fam = _FAMILIES[_normalise_family(family) if family else _family_from_config(ckpt.config, ckpt.config_origin)]
+        if max_num_visual_tokens is not None and not fam.dynamic_resolution:
+            raise ValueError(
+                f"max_num_visual_tokens is only supported for dynamic-resolution (Qwen) families "
+                f"({', '.join(f.name for f in _FAMILIES.values() if f.dynamic_resolution)}); "
+                f"{fam.name} uses a fixed or tiled image resolution."
+            )
+
+        import torch
+
+        self._torch = torch
+        self.model_id: str = ckpt.model_id
+        self.family: str = fam.name
+        self.device: str = pick_device(device)
+        self.dtype: torch.dtype = pick_dtype(dtype, self.device)
+        self.batch_size: int = batch_size
+        self.mask_non_image_embeddings: bool = mask_non_image_embeddings
+        self._family = fam
+        self._checkpoint = ckpt
+
+        started = time.perf_counter()
+        self._model, self._processor = self._load(fam, ckpt)
+        if max_num_visual_tokens is not None:
+            self.set_max_visual_tokens(max_num_visual_tokens)
+        self.dim: int = int(getattr(self._model, "dim", 0) or 0)
+        if self.dim <= 0:
+            raise ModelLoadError(f"Loaded model {self.model_id!r} does not expose its embedding dim.")
+        self._image_token_id = self._find_image_token_id()
+        logger.info(
+            "loaded %s (%s) on %s/%s, dim %d, in %.1f s",
+            self.model_id,
+            self.family,
+            self.device,
+            str(self.dtype).removeprefix("torch."),
+            self.dim,
+            time.perf_counter() - started,
+        )
+
+    # ----------------------------------------------------------------- loading
+
+    def _load(self, fam: _Family, ckpt: _Checkpoint) -> tuple[Any, Any]:
+        """Load model and processor through colpali-engine's ``from_pretrained``; wrap failures."""
+        try:
+            ce_models = import_colpali_models()
+        except Exception as exc:
+            raise ModelLoadError(f"Cannot import colpali-engine: {exc}") from exc
+        model_cls = getattr(ce_models, fam.model_class, None)
+        processor_cls = getattr(ce_models, fam.processor_class, None)
+        if model_cls is None or processor_cls is None:
+            raise ModelLoadError(
+                f"This colpali-engine version has no {fam.model_class}/{fam.processor_class}; "
+                "upgrade colpali-engine to use this checkpoint."
+            )
+        common: dict[str, Any] = {"local_files_only": ckpt.local_files_only}
+        try:
+            model = model_cls.from_pretrained(ckpt.model_id, dtype=self.dtype, device_map=self.device, **common)
+            processor = processor_cls.from_pretrained(ckpt.model_id, **common)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # OSError (missing files), ValueError (bad config), RuntimeError (OOM), ...
+            raise ModelLoadError(
+                f"Could not load {fam.name} checkpoint {ckpt.model_id!r}"
+                + (f" (PEFT adapter on base {ckpt.base_model!r})" if ckpt.base_model else "")
+                + f": {type(exc).__name__}: {exc}. {_how_to_fix(str(ckpt.model_id))}"
+            ) from exc
+        model.mask_non_image_embeddings = self.mask_non_image_embeddings
+        model.eval()
+        return model, processor
+
+    def set_max_visual_tokens(self, n: int) -> None:
+        """Cap visual tokens per image: max_pixels = n * (patch_size * merge_size) ** 2."""
+        image_processor = self._processor.image_processor
+        tile = int(image_processor.patch_size) * int(image_processor.merge_size)
+        min_pixels = int(image_processor.size["shortest_edge"])
+        if n * tile * tile < min_pixels:
+            raise ValueError(
+                f"max_num_visual_tokens={n} is below this processor's minimum of "
+                f"{-(-min_pixels // (tile * tile))} visual tokens per image."
+            )
+        # Only ``size``: transformers 5 reads it; setting the legacy ``max_pixels`` attribute (as
+        # colpali-engine's own from_pretrained does) makes every processor call emit a FutureWarning.
+        image_processor.size["longest_edge"] = n * tile * tile
+
+    def _find_image_token_id(self) -> int | None:
+        token_id = getattr(self._processor, "image_token_id", None)
+        if token_id is None:
+            token = getattr(self._processor, "image_token", None)
+            if isinstance(token, str):
+                token_id = self._processor.tokenizer.convert_tokens_to_ids(token)
+        return int(token_id) if token_id is not None else None
+
+    # ----------------------------------------------------------------- info
+
+    @property
+    def max_num_visual_tokens(self) -> int | None:
+        """Effective cap on visual tokens per image (Qwen families), from the processor's max pixels."""
+        if not self._family.dynamic_resolution:
+            return None
+        ip = self._processor.image_processor
+        tile = int(ip.patch_size) * int(ip.merge_size)
+        return int(ip.size["longest_edge"]) // (tile * tile)
+
+    @property
+    def model(self) -> Any:
+        """The loaded colpali-engine model (a ``torch.nn.Module``), e.g. for fine-tuning; read-only attribute."""
+        return self._model
+
+    @property
+    def processor(self) -> Any:
+        """The loaded colpali-engine processor (``process_images`` / ``process_queries``); read-only attribute."""
+        return self._processor
+
+    @property
+    def has_patch_grid(self) -> bool:
+        """True when :meth:`image_patch_grid` and ``EncodedImage.patch_grid`` are available (Qwen families)."""
+        return self._family.dynamic_resolution
+
+    def settings(self) -> dict[str, Any]:
+        """JSON-safe dict of everything that changes the embedding (stores refuse to mix differing ones).
+
+        Device and dtype are deliberately absent: they change values only within rounding, and
+        indexing on a GPU then querying on a CPU is a supported workflow.
+        """
+        return {
+            "model_id": self.model_id,
+            "family": self.family,
+            "dim": self.dim,
+            "max_num_visual_tokens": self.max_num_visual_tokens,
+            "mask_non_image_embeddings": self.mask_non_image_embeddings,
+            "revision": self._checkpoint.revision,
+            "base_model": self._checkpoint.base_model,
+        }
+
+    def image_patch_grid(self, image_size: tuple[int, int]) -> tuple[int, int]:
+        """(rows, cols) of merged visual tokens the processor makes for an image of PIL size (width, height).
+
+        Uses the processor's own resize logic (colpali-engine ``get_n_patches``), so it honours
+        ``max_num_visual_tokens``. Only for dynamic-resolution (Qwen) families.
+        """
+        if not self._family.dynamic_resolution:
+            raise NotImplementedError(
+                f"image_patch_grid is only available for dynamic-resolution (Qwen) families, not {self.family}."
+            )
+        width, height = (int(v) for v in image_size)
+        if width < 1 or height < 1:
+            raise ValueError(f"image_size must be positive (width, height), got {image_size}")
+        merge = int(self._processor.image_processor.merge_size)
+        cols, rows = self._processor.get_n_patches((width, height), spatial_merge_size=merge)
+        return int(rows), int(cols)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model_id!r}, family={self.family!r}, device={self.device!r}, "
+            f"dtype={str(self.dtype).removeprefix('torch.')}, dim={self.dim})"
+        )
+
+    # ----------------------------------------------------------------- encoding
+
+    def encode_images(
+        self, images: Sequence[Image.Image], *, batch_size: int | None = None
+    ) -> list[np.ndarray]:
+        """Encode images; one float32 ``[n_vectors_i, dim]`` array per image, padding removed, input order."""
+        return [item.embeddings for item in self.encode_images_with_info(images, batch_size=batch_size)]
+
+    def encode_images_with_info(
+        self, images: Sequence[Image.Image], *, batch_size: int | None = None
+    ) -> list[EncodedImage]:
+        """Like :meth:`encode_images`, plus which rows are visual tokens and the (rows, cols) token grid."""
+        for i, image in enumerate(images):
+            if not isinstance(image, Image.Image):
+                raise TypeError(f"images[{i}] is {type(image).__name__}, expected a PIL.Image.Image")
+        # Batch similar sizes together (less pixel padding), then restore input order.
+        order = sorted(range(len(images)), key=lambda i: images[i].size[0] * images[i].size[1])
+        encoded = self._run_batches(
+            [images[i] for i in order], self._processor.process_images, self._split_images, batch_size
+        )
+        result: list[EncodedImage | None] = [None] * len(images)
+        for position, item in zip(order, encoded):
+            result[position] = item
+        return [item for item in result if item is not None]
+
+    def encode_queries(self, queries: Sequence[str], *, batch_size: int | None = None) -> list[np.ndarray]:
+        """Encode queries (with colpali-engine's query augmentation tokens); float32 ``[n_tokens_i, dim]`` each."""
+        if isinstance(queries, str):
+            raise TypeError("encode_queries expects a sequence of strings, not a single string")
+        for i, query in enumerate(queries):
+            if not isinstance(query, str):
+                raise TypeError(f"queries[{i}] is {type(query).__name__}, expected str")
+        return self._run_batches(list(queries), self._processor.process_queries, self._split_queries, batch_size)
+
+    def _run_batches(
+        self,
+        items: list[_T],
+        process: Callable[[list[_T]], Any],
+        split: Callable[[Any, np.ndarray], list[_R]],
+        batch_size: int | None,
+    ) -> list[_R]:
+        """Process, forward and split ``items`` in batches under ``torch.inference_mode``."""
+        torch = self._torch
+        size = self.batch_size if batch_size is None else batch_size
+        if size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {size}")
+        out: list[_R] = []
+        for start in range(0, len(items), size):
+            batch = process(items[start : start + size])
+            inputs = {
+                key: (
+                    value.to(self.device, dtype=self.dtype)
+                    if value.is_floating_point()
+                    else value.to(self.device)
+                )
+                if isinstance(value, torch.Tensor)
+                else value
+                for key, value in batch.items()
+            }
+            with torch.inference_mode():
+                embeddings = self._model(**inputs)
+            array = embeddings.to(dtype=torch.float32, device="cpu").numpy()
+            out.extend(split(batch, array))
+        return out
+
+    def _keep_rows(self, batch: Any, index: int) -> np.ndarray:
+        """Rows to keep for one sequence: attention mask (pad rows are zero or even NaN with sdpa)."""
+        return batch["attention_mask"][index].to("cpu").numpy().astype(bool)
+
+    def _split_images(self, batch: Any, array: np.ndarray) -> list[EncodedImage]:
+        input_ids = batch["input_ids"].to("cpu").numpy()
+        grid_thw = batch.get("image_grid_thw")
+        merge = int(getattr(self._processor.image_processor, "merge_size", 1) or 1)
+        items: list[EncodedImage] = []
+        for i in range(array.shape[0]):
+            keep = self._keep_rows(batch, i)
+            visual = (
+                input_ids[i] == self._image_token_id
+                if self._image_token_id is not None
+                else np.zeros_like(keep)
+            )
+            if self.mask_non_image_embeddings:
+                keep &= visual
+            embeddings = _finite_or_raise(np.ascontiguousarray(array[i][keep]), self.model_id)
+            patch_grid: tuple[int, int] | None = None
+            if self._family.dynamic_resolution and grid_thw is not None:
+                _, h, w = (int(v) for v in grid_thw[i])
+                patch_grid = (h // merge, w // merge)
+            items.append(EncodedImage(embeddings=embeddings, visual_mask=visual[keep].copy(), patch_grid=patch_grid))
+        return items
+
+    def _split_queries(self, batch: Any, array: np.ndarray) -> list[np.ndarray]:
+        return [
+            _finite_or_raise(np.ascontiguousarray(array[i][self._keep_rows(batch, i)]), self.model_id)
+            for i in range(array.shape[0])
+        ]
+
+
+def _finite_or_raise(embeddings: np.ndarray, model_id: str) -> np.ndarray:
+    """Refuse NaN/inf embeddings (e.g. float16 overflow): they would poison every MaxSim score."""
+    if not np.isfinite(embeddings).all():
+        raise DocPCError(
+            f"Model {model_id!r} produced non-finite embeddings; try dtype='float32' (or bfloat16 on GPU)."
+        )
+    return embeddings.astype(np.float32, copy=False)
+
+
+def load_encoder(model: str | Path = DEFAULT_MODEL, **kwargs: Any) -> Encoder:
+    """Build the encoder for ``model`` (currently always a :class:`ColPaliEncoder`)."""
+    return ColPaliEncoder(model, **kwargs)

@@ -1,0 +1,140 @@
+"""Search: encode the query -> store (MaxSim) -> evidence pages -> optional grid-then-page rerank.
+
+A result's evidence pages say which pages carry the score: each page's share
+of the grid's MaxSim (grid mode, from the stored token geometry), or each
+page's own score (page mode, and after reranking).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from docpc_retrievers.config import IndexSettings, SearchOptions
+from docpc_retrievers.documents.composition import GridLayout
+from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.rerank import PageReranker, rerank_results
+from docpc_retrievers.results import EvidencePage, SearchResult
+from docpc_retrievers.scoring.evidence import TokenGrid, evidence_shares, token_pages
+from docpc_retrievers.store.layout import StoreLayout
+from docpc_retrievers.store.multivector import MultiVectorStore, ScoredDocument
+from docpc_retrievers.store.page_cache import PageEmbeddingCache, cache_fingerprint
+
+__all__ = ["Searcher", "check_queries"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_queries(queries: Sequence[str]) -> list[str]:
+    """The queries as a list, or a clear error for a bare string, a non-string or a blank query."""
+    if isinstance(queries, str):
+        raise TypeError("search_batch expects a list of queries")
+    for q in queries:
+        if not isinstance(q, str) or not q.strip():
+            raise ValueError("query must be a non-empty string")
+    return list(queries)
+
+
+class Searcher:
+    """Answers queries against one store; owns the rerank page cache of that store."""
+
+    def __init__(
+        self,
+        store: MultiVectorStore,
+        layout: StoreLayout,
+        settings: IndexSettings,
+        encoder: Callable[[], Encoder],
+    ) -> None:
+        self.store = store
+        self.layout = layout
+        self.settings = settings
+        self._encoder = encoder
+        self._page_cache: PageEmbeddingCache | None = None
+        self._reranker: PageReranker | None = None
+        self._rerank_lock = threading.Lock()  # the reranker's caches are not thread-safe
+
+    def search_batch(self, queries: Sequence[str], options: SearchOptions) -> list[list[SearchResult]]:
+        """Ranked results per query, best first, at most ``options.top_k`` each."""
+        texts = check_queries(queries)
+        if options.top_k == 0 or self.store.count() == 0:
+            return [[] for _ in texts]
+        vectors = self._encoder().encode_queries(texts)
+        hits = self.store.search_batch(
+            vectors, options.depth, where=options.filters, aggregate=options.aggregate
+        )
+        out = []
+        for text, q, per_query in zip(texts, vectors, hits):
+            results = [self.with_evidence(h, q) for h in per_query]
+            if options.rerank:
+                with self._rerank_lock:
+                    results = rerank_results(
+                        self.reranker, text, q, results, options.rerank_settings, options.password
+                    )
+            out.append([replace(r, rank=rank) for rank, r in enumerate(results[: options.top_k], 1)])
+        return out
+
+    def with_evidence(self, hit: ScoredDocument, query: np.ndarray) -> SearchResult:
+        """A result with its evidence pages: grid attribution, or page-mode page scores."""
+        result = SearchResult.from_metadata(hit.id, hit.score, 0, hit.metadata)
+        meta = hit.metadata
+        pages = result.selected_pages
+        label = dict(zip(pages, list(meta.get("selected_labels") or [])))
+        if meta.get("mode", "grid") == "page":
+            if len(hit.part_scores) == len(pages):
+                ev = [EvidencePage(p, score=s, label=label.get(p)) for p, s in zip(pages, hit.part_scores)]
+                ev.sort(key=lambda e: (-(e.score or 0.0), e.page))
+                return replace(result, evidence_pages=ev)
+            return result
+        shares = self._grid_shares(hit.id, meta, query)
+        if shares is None:
+            return result
+        ev = [EvidencePage(p, share=shares.get(p - 1, 0.0), label=label.get(p)) for p in pages]
+        ev.sort(key=lambda e: (-(e.share or 0.0), e.page))
+        return replace(result, evidence_pages=ev)
+
+    def _grid_shares(self, doc_id: str, meta: Mapping[str, Any], query: np.ndarray) -> dict[int, float] | None:
+        """Share of the grid MaxSim per page (0-based), or None when the token geometry is unknown."""
+        raw_grid, raw_layout = meta.get("token_grid"), meta.get("layout")
+        if not raw_grid or not raw_layout:
+            return None
+        grid = TokenGrid.from_dict(json.loads(str(raw_grid)))
+        layout = GridLayout.from_dict(json.loads(str(raw_layout)))
+        return evidence_shares(query, self.store.vectors(doc_id), grid, token_pages(layout, grid.rows, grid.cols))
+
+    @property
+    def page_cache(self) -> PageEmbeddingCache:
+        """Full-resolution page embeddings made for reranking."""
+        if self._page_cache is None:
+            fingerprint = cache_fingerprint(self._encoder().settings(), self.settings.page_size)
+            self._page_cache = PageEmbeddingCache(self.layout.page_cache, fingerprint)
+        return self._page_cache
+
+    @property
+    def reranker(self) -> PageReranker:
+        """The grid-then-page reranker (built on first use)."""
+        if self._reranker is None:
+            self._reranker = PageReranker(self._encoder(), self.page_cache, self.settings.page_size)
+        return self._reranker
+
+    def page_cache_stats(self) -> dict[str, int]:
+        """Cached pages and their bytes, without loading the encoder."""
+        return (self._page_cache or PageEmbeddingCache(self.layout.page_cache, "")).stats()
+
+    def clear_page_cache(self) -> int:
+        """Delete every cached page embedding; returns how many were removed."""
+        cache = self._page_cache or PageEmbeddingCache(self.layout.page_cache, "")
+        removed = cache.clear()
+        self._page_cache = None
+        self._reranker = None
+        return removed
+
+    def close(self) -> None:
+        """Release the page cache."""
+        if self._page_cache is not None:
+            self._page_cache.close()

@@ -1,0 +1,144 @@
+"""Where everything of a store lives on disk: the one module that knows the paths of a store directory.
+
+Layout of a store directory::
+
+    <dir>/store.json             manifest: format, dim, collection, settings, write generation
+    <dir>/write.lock             single-writer lock (flock)
+    <dir>/chroma/                Chroma's persistent directory (embedded mode)
+    <dir>/vectors/*.f16          float16 multi-vector segments
+    <dir>/grids/<id>.png         composed grid previews
+    <dir>/page_cache/            full-resolution page embeddings made by reranking (a store of its own)
+    <dir>/docpc_retriever.json   options of the framework retriever that wrote the store
+
+Every other module asks a :class:`StoreLayout` for a path instead of joining
+names itself, and document ids pass :func:`check_doc_id` before they become
+part of a path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docpc_retrievers.errors import DocumentNotFoundError
+
+__all__ = ["StoreLayout", "check_doc_id", "write_json_atomic"]
+
+#: Document ids are content hashes: 32 lowercase hex characters.
+_DOC_ID = re.compile(r"^[0-9a-f]{32}$")
+
+#: Left out when a store is copied: the lock, temporary files and caches that rebuild themselves.
+_NOT_COPIED = ("write.lock", ".tmp-*", "*.tmp", "page_cache")
+
+
+def check_doc_id(doc_id: object, where: str = "the store") -> str:
+    """Return ``doc_id`` when it has the shape of a document id; else raise :class:`DocumentNotFoundError`.
+
+    Why: an id becomes part of a file name; ``"../../x"`` must never reach the file system.
+    """
+    if not isinstance(doc_id, str) or not _DOC_ID.match(doc_id):
+        raise DocumentNotFoundError(doc_id, where)
+    return doc_id
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON so that readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """The paths of one store directory (see the module docstring)."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, path: str | os.PathLike[str]) -> StoreLayout:
+        """The layout of the store at ``path`` (user and relative paths resolved)."""
+        return cls(Path(path).expanduser().resolve())
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "store.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "write.lock"
+
+    @property
+    def chroma(self) -> Path:
+        return self.root / "chroma"
+
+    @property
+    def vectors(self) -> Path:
+        return self.root / "vectors"
+
+    @property
+    def grids(self) -> Path:
+        return self.root / "grids"
+
+    @property
+    def page_cache(self) -> Path:
+        return self.root / "page_cache"
+
+    @property
+    def retriever_options(self) -> Path:
+        return self.root / "docpc_retriever.json"
+
+    def grid(self, doc_id: str) -> Path:
+        """The grid preview file of a document (the id is checked first)."""
+        return self.grids / f"{check_doc_id(doc_id, str(self.root))}.png"
+
+    def exists(self) -> bool:
+        """Whether a store has been created here."""
+        return self.manifest.exists()
+
+    def recorded_settings(self) -> dict[str, Any]:
+        """The settings recorded in the manifest, without opening the store ({} when none or unreadable)."""
+        try:
+            data = json.loads(self.manifest.read_text())
+        except (OSError, ValueError):
+            return {}
+        settings = data.get("settings") if isinstance(data, dict) else None
+        return settings if isinstance(settings, dict) else {}
+
+    def read_retriever_options(self) -> dict[str, Any]:
+        """Options a framework retriever saved with the store ({} when none)."""
+        path = self.retriever_options
+        if not path.exists():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is unreadable: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        return data
+
+    def write_retriever_options(self, options: dict[str, Any]) -> None:
+        """Save a framework retriever's options next to the store."""
+        write_json_atomic(self.retriever_options, options)
+
+    def bytes_under(self, folder: Path) -> int:
+        """Bytes of the files directly in ``folder`` (0 when it does not exist)."""
+        return sum(p.stat().st_size for p in folder.glob("*") if p.is_file()) if folder.exists() else 0
+
+    def copy_to(self, target: str | os.PathLike[str]) -> StoreLayout:
+        """Copy this store into ``target`` (new or empty), leaving out the lock, temporary files and caches."""
+        dest = StoreLayout.at(target)
+        if dest.root.exists() and any(dest.root.iterdir()):
+            raise FileExistsError(f"{dest.root} is not empty; copy a store into a new or empty directory")
+        shutil.copytree(self.root, dest.root, ignore=shutil.ignore_patterns(*_NOT_COPIED), dirs_exist_ok=True)
+        return dest

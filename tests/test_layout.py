@@ -1,0 +1,115 @@
+"""The package's shape: one-way imports, small facades, extras kept out of the core.
+
+These guard the structure the architecture page describes (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "docpc_retrievers"
+INTEGRATIONS = {
+    "langchain_docpc": ROOT / "integrations/langchain-docpc/langchain_docpc",
+    "llama_index.retrievers.docpc": ROOT / "integrations/llama-index-retrievers-docpc/llama_index/retrievers/docpc",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for prefix, folder in {"docpc_retrievers": PACKAGE, **INTEGRATIONS}.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module ``name`` imports, at any depth of the file, including ``import_module("...")`` strings."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets.add(base)
+            targets.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("docpc_retrievers."):
+            targets.add(node.value)  # module paths handed to import_module
+    return {t for t in targets if t in known and t != name}
+
+
+def test_no_import_cycles() -> None:
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _imports(name, path, known) for name, path in modules.items()}
+    # A package's __init__ re-exporting its own submodules is not a cycle in the data flow.
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not (modules[name].name == "__init__.py" and t.startswith(name + "."))}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize(
+    ("path", "limit"),
+    [
+        ("docpc_retrievers/index.py", 250),
+        ("integrations/langchain-docpc/langchain_docpc/retrievers.py", 200),
+        ("integrations/llama-index-retrievers-docpc/llama_index/retrievers/docpc/base.py", 200),
+    ],
+)
+def test_facades_stay_small(path: str, limit: int) -> None:
+    lines = len((ROOT / path).read_text().splitlines())
+    assert lines <= limit, f"{path} has {lines} lines (limit {limit}): move the work into a module named for it"
+
+
+def test_no_module_above_the_store_joins_store_paths() -> None:
+    """Only store/ knows the file names inside a store directory."""
+    names = ('"store.json"', '"write.lock"', '"grids"', '"page_cache"', '"vectors"', '"chroma"', '"docpc_retriever.json"')
+    offenders = []
+    for path in [*PACKAGE.rglob("*.py"), *(p for f in INTEGRATIONS.values() for p in f.rglob("*.py"))]:
+        if "store" in path.relative_to(ROOT).parts[:2] and path.parent.name == "store":
+            continue
+        text = path.read_text()
+        offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if f"/ {n}" in text]
+    assert offenders == []
+
+
+def test_core_import_pulls_no_evaluation_dependency() -> None:
+    """Importing the core (index, search, CLI) never imports rank_bm25: it belongs to the [eval] extra."""
+    code = (
+        "import sys, docpc_retrievers.index, docpc_retrievers.cli.app, docpc_retrievers.adapters;"
+        "docpc_retrievers.cli.app.build_parser();"
+        "print('rank_bm25' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
