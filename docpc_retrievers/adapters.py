@@ -40,6 +40,7 @@ __all__ = [
     "RetrieverOptions",
     "ReturnImages",
     "b64_png",
+    "BUILD_OPTIONS",
     "build_index",
     "check_query",
     "clean_metadata",
@@ -50,6 +51,7 @@ __all__ = [
     "retrieve",
     "save_options",
     "saved_options",
+    "split_build_options",
 ]
 
 logger = logging.getLogger(__name__)
@@ -253,6 +255,15 @@ def build_index(
         progress=progress,
         encoder_kwargs=encoder_kwargs,
     )
+
+
+#: ``from_pdfs`` keywords that configure the index being built; every other keyword is a retriever option.
+BUILD_OPTIONS = ("model", "encoder", "strategy", "pages", "settings", "progress", "encoder_kwargs")
+
+
+def split_build_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the index-building keywords (:data:`BUILD_OPTIONS`) out of ``kwargs`` and return them."""
+    return {name: kwargs.pop(name) for name in BUILD_OPTIONS if name in kwargs}
 
 
 def save_options(layout: StoreLayout, options: RetrieverOptions, extra: Mapping[str, Any] | None = None) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from docpc_retrievers import DocPCIndex, IndexSettings
+from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, IMAGE_MIME_TYPE, PathLike, RetrieverOptions, b64_png
-from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options
+from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.results import Hit
@@ -105,25 +105,17 @@ class DocPCRetriever(BaseRetriever):
         paths: PathLike | Iterable[PathLike],
         *,
         persist_dir: PathLike | None = None,
-        model: PathLike | None = None,
-        encoder: Encoder | None = None,
-        strategy: str | None = None,
-        pages: int | None = None,
-        settings: IndexSettings | None = None,
         password: str | None = None,
-        progress: bool = False,
-        encoder_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> DocPCRetriever:
         """Index PDF files and folders and return a retriever over them (its options saved with a ``persist_dir``).
 
-        Without ``persist_dir`` a temporary store is deleted by :meth:`close`. Failures are
-        logged and in ``retriever.index.last_report``. ``kwargs`` are retriever fields (k, filter, ...).
+        ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress`` and
+        ``encoder_kwargs`` configure the index (see :func:`docpc_retrievers.adapters.build_index`);
+        other ``kwargs`` are retriever fields (k, filter, ...). Without ``persist_dir`` a temporary
+        store is deleted by :meth:`close`.
         """
-        index = build_index(
-            paths, persist_dir=persist_dir, model=model, encoder=encoder, strategy=strategy, pages=pages,
-            settings=settings, password=password, progress=progress, encoder_kwargs=encoder_kwargs,
-        )
+        index = build_index(paths, persist_dir=persist_dir, password=password, **split_build_options(kwargs))
         try:
             retriever = cls(index=index, password=password, **kwargs)
             if persist_dir is not None:

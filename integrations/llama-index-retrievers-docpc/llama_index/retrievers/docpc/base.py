@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers import DocPCIndex, IndexSettings
+from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, ReturnImages, build_index
-from docpc_retrievers.adapters import open_index, retrieve, save_options, saved_options
+from docpc_retrievers.adapters import open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -85,26 +85,18 @@ class DocPCRetriever(BaseRetriever):
         cls,
         paths: PathLike | Iterable[PathLike],
         *,
-        model: PathLike | None = None,
-        encoder: Encoder | None = None,
         persist_dir: PathLike | None = None,
-        strategy: str | None = None,
-        pages: int | None = None,
-        settings: IndexSettings | None = None,
         password: str | None = None,
-        progress: bool = False,
-        encoder_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> DocPCRetriever:
         """Index PDF files and folders and return a retriever over them (its options saved with a ``persist_dir``).
 
-        Without ``persist_dir`` a temporary store is deleted by :meth:`close` (keep it with
-        :meth:`persist`). Failures are logged and in ``retriever.index.last_report``.
+        ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress`` and
+        ``encoder_kwargs`` configure the index (see :func:`docpc_retrievers.adapters.build_index`);
+        other ``kwargs`` are retriever options. Without ``persist_dir`` a temporary store is
+        deleted by :meth:`close` (keep it with :meth:`persist`).
         """
-        index = build_index(
-            paths, persist_dir=persist_dir, model=model, encoder=encoder, strategy=strategy, pages=pages,
-            settings=settings, password=password, progress=progress, encoder_kwargs=encoder_kwargs,
-        )
+        index = build_index(paths, persist_dir=persist_dir, password=password, **split_build_options(kwargs))
         try:
             retriever = cls(index, password=password, owns_index=True, **kwargs)
             if persist_dir is not None:
