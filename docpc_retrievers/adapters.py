@@ -29,11 +29,13 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import Hit, SearchResult
+from docpc_retrievers.store.grids import GRID_MIME_TYPE
 from docpc_retrievers.store.layout import StoreLayout
 
 __all__ = [
     "DEFAULT_PAGE_DPI",
     "DROPPED_METADATA_KEYS",
+    "GRID_MIME_TYPE",
     "IMAGE_MIME_TYPE",
     "PathLike",
     "RETURN_IMAGES",
@@ -58,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 
+#: Images the adapters encode themselves (rendered pages, loaders' grids); stored grids are ``GRID_MIME_TYPE``.
 IMAGE_MIME_TYPE = "image/png"
 
 #: Resolution of page images rendered on demand (``return_images="pages"``).
@@ -311,12 +314,13 @@ def _hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverO
     metadata = result_metadata(result)
     if options.return_images == "pages":
         pages = index.render_pages(result.id, dpi=options.page_dpi, password=options.password)
-        return Hit(result, text, metadata, pages=[(n, png_bytes(image), t) for n, image, t in pages])
+        return Hit(result, text, metadata, pages=[(n, png_bytes(image), t) for n, image, t in pages],
+                   image_mime_type=IMAGE_MIME_TYPE)
     if options.return_images == "grid":
         if result.metadata.get("mode") == "page":
             _warn_page_mode(index)
         else:
-            return Hit(result, text, metadata, image=index.grid_image_bytes(result.id))
+            return Hit(result, text, metadata, image=index.grid_image_bytes(result.id), image_mime_type=GRID_MIME_TYPE)
     return Hit(result, text, metadata)
 
 

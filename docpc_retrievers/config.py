@@ -23,6 +23,7 @@ __all__ = [
     "AGGREGATES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_PAGE_SIZE",
+    "DEFAULT_POOL_FACTOR",
     "DEFAULT_TOP_K",
     "MODES",
     "Aggregate",
@@ -43,6 +44,9 @@ MODES = ("grid", "page")
 #: Box each page is rendered into for page mode and reranking; the processor then
 #: scales it to its own resolution (about 768 visual tokens for ColQwen2).
 DEFAULT_PAGE_SIZE = (1024, 1324)
+
+#: Token pooling factor of new stores: about n / 2 vectors kept per document (see store/pooling.py).
+DEFAULT_POOL_FACTOR = 2
 
 #: Documents a search returns when not told otherwise.
 DEFAULT_TOP_K = 5
@@ -139,7 +143,8 @@ class IndexSettings:
     grid per document (see :class:`GridSpec` for ``strategy``, ``grid``,
     ``cell_size``, ``seed``). Page mode encodes each selected page on its
     own (``pages=None``: every page), rendered into ``page_size``, which is
-    also the size of full-resolution pages for reranking.
+    also the size of full-resolution pages for reranking. ``pool_factor``
+    pools each image's vectors before storage (1: off).
     """
 
     strategy: str = "first"
@@ -149,8 +154,11 @@ class IndexSettings:
     seed: int = 0
     mode: str = "grid"
     page_size: tuple[int, int] = DEFAULT_PAGE_SIZE
+    pool_factor: int = DEFAULT_POOL_FACTOR
 
     def __post_init__(self) -> None:
+        if isinstance(self.pool_factor, bool) or operator.index(self.pool_factor) < 1:
+            raise ValueError(f"pool_factor must be >= 1 (1: no pooling), got {self.pool_factor!r}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         _check_selection(self.strategy, self.pages, required=self.mode == "grid")
@@ -180,6 +188,7 @@ class IndexSettings:
             out["grid"] = list(self.shape)
             out["cell_size"] = list(self.cell_size)
         out["page_size"] = list(self.page_size)  # page mode, and full-resolution pages for reranking
+        out["pool_factor"] = self.pool_factor
         return out
 
     @classmethod
@@ -195,6 +204,7 @@ class IndexSettings:
             seed=int(data.get("seed", 0)),
             mode=str(data.get("mode", "grid")),
             page_size=tuple(data.get("page_size", DEFAULT_PAGE_SIZE)),  # type: ignore[arg-type]
+            pool_factor=int(data.get("pool_factor", 1)),  # recorded by every store since 0.2; 0.1 stores had none
         )
 
 

@@ -76,7 +76,7 @@ class DocPCIndex:
             self._store.close()
             raise
         self.settings: IndexSettings = settings or (IndexSettings.from_dict(recorded) if recorded else IndexSettings())
-        self.grids = GridImageStore(self.layout)
+        self.grids = GridImageStore(self._store)
         self._indexer = Indexer(self._store, self.grids, self.settings, lambda: self.encoder)
         self._searcher = Searcher(self._store, self.layout, self.settings, lambda: self.encoder)
         self.last_report = IndexReport()
@@ -212,7 +212,7 @@ class DocPCIndex:
         return self.grids.image(doc_id)
 
     def grid_image_bytes(self, doc_id: str) -> bytes:
-        """The stored grid PNG exactly as written (no decode and re-encode for framework results)."""
+        """The stored grid preview (lossless WebP) exactly as written: no decode and re-encode for framework results."""
         return self.grids.read_bytes(doc_id)
 
     def grid_layout(self, doc_id: str) -> GridLayout:
@@ -230,8 +230,8 @@ class DocPCIndex:
 
     def info(self) -> dict[str, Any]:
         """What the store holds and how it was built."""
-        extra = {"grid_bytes": self.grids.total_bytes(), "page_cache": self._searcher.page_cache_stats()}
-        return self._store.describe(model=self.model, settings=self.settings.to_dict(), **extra)
+        stats = self._searcher.page_cache_stats()
+        return self._store.describe(model=self.model, settings=self.settings.to_dict(), page_cache=stats)
 
     def close(self) -> None:
         """Release the store (and its writer lock); delete it if it was temporary."""

@@ -4,9 +4,9 @@ Each file is identified by the hash of its bytes: unchanged files are
 skipped, a changed file replaces its old version, renamed copies are skipped
 as duplicates. A file that cannot be used is reported with its path and
 reason and the others go on. Every ``batch_size`` documents are encoded and
-committed together (grid previews first, then the records that point at
-them), so an interrupted run keeps what it committed and a re-run completes
-it without duplicates.
+committed together (vectors pooled and compacted, grid previews encoded
+as WebP, all written with the document's record), so an interrupted run
+keeps what it committed and a re-run completes it without duplicates.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.store.grids import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.pooling import pool_vectors
 
 __all__ = ["Indexer", "encode_with_tokens"]
 
@@ -46,7 +47,7 @@ class _Pending:
 
     doc: RepresentedDocument
     replaces: list[str]
-    saved: Future[None] | None = None
+    grid_bytes: Future[bytes] | None = None
 
 
 class Indexer:
@@ -81,7 +82,7 @@ class Indexer:
         """Index PDF files and folders (recursively); ``on_file(path, outcome)`` sees each file's outcome.
 
         Outcomes are ``indexed``, ``skipped`` or ``failed``; the report also
-        carries the time spent per stage (``timings``).
+        carries the time spent per stage (``timings``: render, encode, pool, commit, total).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -157,7 +158,7 @@ class Indexer:
         seen_ids.add(doc_id)
         item = _Pending(doc, self._older_versions(path, doc_id))
         if doc.grid is not None:
-            item.saved = self.grids.write_later(doc_id, doc.grid.image)
+            item.grid_bytes = self.grids.encode_later(doc.grid.image)
         pending.append(item)
         return "indexed"
 
@@ -173,32 +174,18 @@ class Indexer:
         encoded = encode_with_tokens(encoder, images)
         report.add_time("encode_s", time.perf_counter() - t0)
         report.images_encoded += len(images)
-        vectors: list[np.ndarray] = []
-        parts: list[list[int] | None] = []
-        start = 0
-        for p in batch:
-            mine = encoded[start : start + len(p.doc.images)]
-            start += len(p.doc.images)
-            p.doc.metadata["model"] = encoder.model_id
-            if p.doc.grid is not None:
-                embedding, token_grid = mine[0]
-                vectors.append(embedding)
-                parts.append(None)
-                if token_grid is not None:
-                    p.doc.metadata["token_grid"] = json.dumps(token_grid.to_dict(), separators=(",", ":"))
-            else:
-                vectors.append(np.concatenate([e for e, _ in mine], axis=0))
-                parts.append([len(e) for e, _ in mine])
         t0 = time.perf_counter()
-        # Grid images first: a record must never exist without its image. An
-        # image left behind by a kill is harmless and rewritten by the re-run.
-        self._save_grids(batch)
+        vectors, parts, anchors = self._pool(batch, encoded, encoder.model_id)
+        report.add_time("pool_s", time.perf_counter() - t0)
+        t0 = time.perf_counter()
         self.store.add(
             [p.doc.doc_id for p in batch],
             vectors,
             [p.doc.metadata for p in batch],
             texts=[p.doc.text for p in batch],
             parts=parts,
+            anchors=anchors,
+            grids=[p.grid_bytes.result() if p.grid_bytes is not None else None for p in batch],
         )
         replaced = [old for p in batch for old in p.replaces]
         if replaced:
@@ -206,22 +193,38 @@ class Indexer:
             report.replaced.extend(replaced)
         report.add_time("commit_s", time.perf_counter() - t0)
         report.indexed.extend(p.doc.doc_id for p in batch)
+        logger.info("committed %d documents (%d in this run)", len(batch), len(report.indexed))
 
-    def _save_grids(self, batch: Sequence[_Pending]) -> None:
-        """Make sure every grid image of the batch is on disk (called before its records are committed)."""
+    def _pool(
+        self, batch: Sequence[_Pending], encoded: Sequence[tuple[np.ndarray, TokenGrid | None]], model_id: str
+    ) -> tuple[list[np.ndarray], list[list[int] | None], list[np.ndarray | None]]:
+        """Per document: its (pooled) vectors, its parts (page mode) and the anchors of pooled rows."""
+        factor = self.settings.pool_factor
+        vectors: list[np.ndarray] = []
+        parts: list[list[int] | None] = []
+        anchors: list[np.ndarray | None] = []
+        start = 0
         for p in batch:
-            if p.doc.grid is None:
-                continue
-            if p.saved is not None:
-                p.saved.result()  # re-raises a failed write
+            mine = encoded[start : start + len(p.doc.images)]
+            start += len(p.doc.images)
+            p.doc.metadata["model"] = model_id
+            pooled = [pool_vectors(e, factor) for e, _ in mine]
+            if p.doc.grid is not None:
+                token_grid = mine[0][1]
+                if token_grid is not None:
+                    p.doc.metadata["token_grid"] = json.dumps(token_grid.to_dict(), separators=(",", ":"))
+                vectors.append(pooled[0][0])
+                parts.append(None)
+                anchors.append(pooled[0][1])
             else:
-                self.grids.write(p.doc.doc_id, p.doc.grid.image)
+                vectors.append(np.concatenate([v for v, _ in pooled], axis=0))
+                parts.append([len(v) for v, _ in pooled])
+                anchors.append(None)
+        return vectors, parts, anchors
 
     def delete(self, ids: Sequence[str]) -> int:
-        """Delete documents (records, then grid previews); returns how many existed."""
-        n = self.store.delete(ids)
-        self.grids.remove(ids)
-        return n
+        """Delete documents (records, vectors and grid previews); returns how many existed."""
+        return self.store.delete(ids)
 
 
 def encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[tuple[np.ndarray, TokenGrid | None]]:

@@ -31,6 +31,7 @@ import numpy as np
 from docpc_retrievers.config import RerankSettings
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.scoring.bm25 import page_bm25
+from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.page_cache import PageEmbeddingCache
 from docpc_retrievers.documents.pdf import open_pdf
 from docpc_retrievers.errors import PDFLoadError
@@ -120,9 +121,9 @@ class PageReranker:
         if missing:
             with open_pdf(source, password=password) as doc:
                 images = doc.render([n - 1 for n in missing], fit=self.page_size)
-            # Rounded to float16 as the cache stores them, so a page scores the
+            # Rounded to int8 as the cache stores them, so a page scores the
             # same on the first query as on every later (cached) one.
-            encoded = [e.astype(np.float16).astype(np.float32) for e in self.encoder.encode_images(images)]
+            encoded = [dequantize(*quantize(e)) for e in self.encoder.encode_images(images)]
             self.pages_encoded += len(missing)
             fresh = dict(zip(missing, encoded))
             self.cache.put(doc_id, fresh)

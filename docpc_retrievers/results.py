@@ -134,7 +134,8 @@ class Hit:
     ``text`` is the text layer of the selected pages; ``metadata`` the
     stored keys plus score, rank and evidence (see
     :func:`docpc_retrievers.adapters.result_metadata`); ``image`` the grid
-    PNG bytes when asked for and kept; ``pages`` the selected pages as
+    preview bytes when asked for and kept (``image_mime_type`` says which
+    format: lossless WebP for stored grids); ``pages`` the selected pages as
     ``(page number, PNG bytes, text)`` when page images were asked for.
     """
 
@@ -143,6 +144,7 @@ class Hit:
     metadata: dict[str, Any]
     image: bytes | None = None
     pages: list[tuple[int, bytes, str]] = field(default_factory=list)
+    image_mime_type: str | None = None
 
     @property
     def id(self) -> str:

@@ -105,7 +105,8 @@ class Searcher:
             return None
         grid = TokenGrid.from_dict(json.loads(str(raw_grid)))
         layout = GridLayout.from_dict(json.loads(str(raw_layout)))
-        return evidence_shares(query, self.store.vectors(doc_id), grid, token_pages(layout, grid.rows, grid.cols))
+        vectors, anchors = self.store.vectors_with_anchors(doc_id)
+        return evidence_shares(query, vectors, grid, token_pages(layout, grid.rows, grid.cols), anchors)
 
     @property
     def page_cache(self) -> PageEmbeddingCache:

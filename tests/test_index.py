@@ -39,7 +39,6 @@ from docpc_retrievers.errors import ModelMismatchError, SettingsMismatchError, S
 from docpc_retrievers.index import DocPCIndex, IndexSettings
 from docpc_retrievers.results import IndexReport, SearchResult
 from docpc_retrievers.documents.discovery import document_id
-from docpc_retrievers.indexing import Indexer
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.testing import build_tiny_colqwen2
 
@@ -169,13 +168,13 @@ def test_reopened_index_uses_the_recorded_model_and_settings(built: BuiltStore, 
 
 def test_unchanged_files_are_skipped(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:
     with DocPCIndex(store_copy, encoder=tiny_encoder, writable=True) as index:
-        generation = json.loads((store_copy / "store.json").read_text())["generation"]
+        commits = len(index.store.engine.changes(0))
         report = index.add_pdfs([*GOOD, *BAD])
         assert report.indexed == []
         assert sorted(report.skipped) == sorted(document_id(p) for p in GOOD)
         assert {Path(f.path) for f in report.failed} == set(BAD)
         assert len(index) == len(GOOD)
-    assert json.loads((store_copy / "store.json").read_text())["generation"] == generation
+        assert len(index.store.engine.changes(0)) == commits, "a re-run of unchanged files must write nothing"
 
 
 def test_renamed_copy_is_skipped_as_duplicate(store_copy: Path, tiny_encoder: ColPaliEncoder, tmp_path: Path) -> None:
@@ -478,40 +477,37 @@ def test_second_writer_in_the_same_process_is_refused(store_copy: Path, tiny_enc
 # --------------------------------------------------------------------------- interrupted runs
 
 
-def test_interrupt_after_records_before_grid_images_is_completed_by_rerun(
+def test_interrupt_between_payload_and_records_is_completed_by_rerun(
     tmp_path: Path, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C (or a kill) while a batch's grid PNGs are written; re-running must complete it.
+    """Ctrl-C (or a kill) after a batch's vectors and grids reached Chroma, before its records did.
 
-    After the re-run every stored document must have its grid image.
+    The re-run must complete the batch: every stored document has its vectors and its grid image.
     """
-    files = [make_pdf(tmp_path / "in" / f"doc{i}.pdf", f"interrupted {i}") for i in range(3)]
-    original = Indexer._save_grids
+    from docpc_retrievers.store.engine import ChromaEngine
 
-    def interrupted(self: Indexer, batch: object) -> None:
+    files = [make_pdf(tmp_path / "in" / f"doc{i}.pdf", f"interrupted {i}") for i in range(3)]
+
+    def interrupted(self: ChromaEngine, docs: object, old: object) -> list[str]:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Indexer, "_save_grids", interrupted)
     index = DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            index.add_pdfs(files, batch_size=1)
+        with monkeypatch.context() as patch:
+            patch.setattr(ChromaEngine, "_stale_blobs", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                index.add_pdfs(files, batch_size=1)
     finally:
         index.close()
-    monkeypatch.setattr(Indexer, "_save_grids", original)
     clear_chroma_cache()
 
     with DocPCIndex(tmp_path / "store", encoder=tiny_encoder, writable=True) as index:
         report = index.add_pdfs(files, batch_size=1)
         assert len(report.indexed) + len(report.skipped) == len(files)
         assert sorted(index.store.ids()) == sorted(document_id(f) for f in files)
-        missing = []
         for doc_id in index.store.ids():
-            try:
-                index.grid_image(doc_id)
-            except KeyError:
-                missing.append(doc_id)
-        assert missing == [], f"documents without a grid image after the re-run: {missing}"
+            assert index.grid_image(doc_id).size == (1024, 1324)
+            assert index.store.vectors(doc_id).shape[0] > 0
 
 
 def test_interrupt_between_new_version_and_old_version_removal_leaves_no_duplicate(

@@ -38,12 +38,14 @@ def index_of_copies(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> Iterator[tu
     index.close()
 
 
-def test_grid_image_bytes_is_the_stored_png(index_of_copies: tuple[DocPCIndex, Path]) -> None:
+def test_grid_image_bytes_is_the_stored_lossless_webp(index_of_copies: tuple[DocPCIndex, Path]) -> None:
     index, pdf = index_of_copies
     doc_id = document_id(pdf)
     data = index.grid_image_bytes(doc_id)
-    assert data.startswith(b"\x89PNG")
+    assert data[:4] == b"RIFF" and data[8:12] == b"WEBP"
     assert _same(Image.open(io.BytesIO(data)), index.grid_image(doc_id))
+    _, grid, _, _ = DocPCIndex.compose_pdf(pdf, settings=index.settings)
+    assert _same(index.grid_image(doc_id), grid.image), "lossless: the pixels the encoder saw"
     with pytest.raises(KeyError):
         index.grid_image_bytes("0" * 32)
 

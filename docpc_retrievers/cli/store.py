@@ -1,8 +1,10 @@
-"""``docpc info`` and ``docpc clear-cache``: look at a store, drop what it can rebuild."""
+"""``docpc info``, ``docpc clear-cache`` and ``docpc migrate``: look at a store, drop what it can rebuild, upgrade it."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.cli.common import EXIT_OK, add_store_options, emit, store_kwargs
@@ -18,6 +20,41 @@ def register(sub: Any) -> None:
     p = sub.add_parser("clear-cache", help="delete the page embeddings cached for reranking")
     add_store_options(p, model=False)
     p.set_defaults(func=run_clear_cache)
+    p = sub.add_parser("migrate", help="convert a store written by docpc-retrievers 0.1 in place (resumable)")
+    p.add_argument("store", type=Path, help="store directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.set_defaults(func=run_migrate)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """``docpc migrate``: format 1 -> 2 in place; a re-run finishes an interrupted one."""
+    from docpc_retrievers.store.migrate import migrate_store
+
+    bar: Any = None
+    if not args.no_progress and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(desc="migrating", unit="doc", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        report = migrate_store(args.store, on_progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        emit(report.to_dict())
+    else:
+        print(f"migrated {report.converted} document(s) ({report.already} already converted); "
+              f"freed {report.bytes_freed} bytes of local files")
+    return EXIT_OK
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -83,6 +83,7 @@ def evidence_shares(
     document: np.ndarray,
     grid: TokenGrid,
     pages_of_tokens: np.ndarray,
+    anchors: np.ndarray | None = None,
 ) -> dict[int, float]:
     """Each page's share of the MaxSim score of ``query [t, dim]`` against ``document [n, dim]``.
 
@@ -91,6 +92,8 @@ def evidence_shares(
     page under it. Shares are credits divided by the sum of all positive
     maxima, so matches on prompt tokens or padding keep the rest of the share.
     Returns ``{page_index (0-based): share}`` for pages that got credit.
+    ``anchors[r]`` (pooled stores) is the encoder row that stored row ``r``
+    stands for; without it row ``r`` is encoder row ``r``.
     """
     best_row, best = maxsim_matches(query, document)
     best = np.maximum(best, 0.0)
@@ -99,7 +102,7 @@ def evidence_shares(
         return {}
     credit: dict[int, float] = {}
     for row, value in zip(best_row, best):
-        token = int(row) - grid.start
+        token = (int(anchors[row]) if anchors is not None else int(row)) - grid.start
         if 0 <= token < grid.count:
             page = int(pages_of_tokens[token])
             if page >= 0:

@@ -81,6 +81,12 @@ class CentroidIndex:
             if slot is not None:
                 self._live[slot] = False
 
+    def live(self) -> tuple[list[str], list[np.ndarray]]:
+        """Every live document's id and ``[n_centroids, dim]`` summary (for saving the first stage)."""
+        self._consolidate()
+        rows = np.flatnonzero(self._live)
+        return [self._ids[i] for i in rows], [self._matrix[i] for i in rows]
+
     def _tensor(self) -> Any:
         """The summaries as a torch tensor sharing memory with the numpy matrix."""
         import torch

@@ -2,11 +2,10 @@
 
 Layout of a store directory::
 
-    <dir>/store.json             manifest: format, dim, collection, settings, write generation
-    <dir>/write.lock             single-writer lock (flock)
+    <dir>/store.json             format and collection name (embedded mode; settings live in Chroma)
+    <dir>/write.lock             single-writer lock (flock; embedded mode)
     <dir>/chroma/                Chroma's persistent directory (embedded mode)
-    <dir>/vectors/*.f16          float16 multi-vector segments
-    <dir>/grids/<id>.png         composed grid previews
+    <dir>/cache/                 local cache of what searches read (vectors, summaries, grids); safe to delete
     <dir>/page_cache/            full-resolution page embeddings made by reranking (a store of its own)
     <dir>/docpc_retriever.json   options of the framework retriever that wrote the store
 
@@ -34,7 +33,7 @@ __all__ = ["StoreLayout", "check_doc_id", "write_json_atomic"]
 _DOC_ID = re.compile(r"^[0-9a-f]{32}$")
 
 #: Left out when a store is copied: the lock, temporary files and caches that rebuild themselves.
-_NOT_COPIED = ("write.lock", ".tmp-*", "*.tmp", "page_cache")
+_NOT_COPIED = ("write.lock", ".tmp-*", "*.tmp", "page_cache", "cache")
 
 
 def check_doc_id(doc_id: object, where: str = "the store") -> str:
@@ -87,7 +86,16 @@ class StoreLayout:
 
     @property
     def grids(self) -> Path:
+        """Grid previews of a format-1 store (0.1); format 2 keeps them in Chroma."""
         return self.root / "grids"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    def cached_grid(self, doc_id: str) -> Path:
+        """Where a grid preview read from Chroma is cached (the id is checked first)."""
+        return self.cache / "grids" / f"{check_doc_id(doc_id, str(self.root))}.webp"
 
     @property
     def page_cache(self) -> Path:

@@ -1,51 +1,54 @@
-"""Chroma-backed multi-vector store: one Chroma record per document, vectors in fp16 segments.
+"""The multi-vector store: every document's compact multi-vector, summary, metadata, text and grid, in Chroma.
 
-Paths come from :class:`~docpc_retrievers.store.layout.StoreLayout` (``store.json``,
-``write.lock``, ``chroma/``, ``vectors/``).
+Chroma is the source of truth (see engine.py for the records); a local cache
+(cache.py) keeps the compact vectors and first-stage summaries a search reads
+so that queries do not travel to the database for them. Any process with a
+Chroma connection can search: a cache that is missing, stale or deleted is
+filled again from Chroma, and the change feed tells readers what other
+writers did since they last looked.
 
-Chroma is the record of what is indexed: one record per document with its
-metadata (source, title, pages, layout, model, ...), a pointer into a vector
-segment, and a mean-pooled unit vector as its Chroma embedding (so the
-collection is also usable by plain Chroma tools and filters). A document's
-full ``[n, dim]`` multi-vector and its centroid summary live in the segment.
-Search has three stages: centroid MaxSim over every document in memory (see
-candidates.py) keeps ``n_candidates``; their full vectors are scored in
-float16 (``maxsim_half``); the best ``top_k + rescore_margin`` are scored
-exactly in float32, and those exact scores are what search returns. With a Chroma
-server (``host=...``) records live on the server and the vector segments in
-the local directory.
+Search has three stages: centroid MaxSim, ``sum_i max_c <q_i, c>``, over
+every document's summary in memory keeps ``n_candidates``; their vectors
+(int8 with a per-vector scale) are screened in float16; the best ``top_k +
+rescore_margin`` are scored exactly in float32, and those scores are returned.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
 import threading
-from functools import wraps
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import wraps
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from docpc_retrievers.errors import (
+    DocumentNotFoundError,
+    ModelMismatchError,
+    SettingsMismatchError,
+    StoreError,
+)
+from docpc_retrievers.scoring.maxsim import maxsim, maxsim_half
+from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
-from docpc_retrievers.errors import DocumentNotFoundError, ModelMismatchError, SettingsMismatchError, StoreError
+from docpc_retrievers.store.codec import decode_int8, dequantize, encode_int8, pack_vectors, unpack_vectors
+from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord, chroma_client
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
-from docpc_retrievers.scoring.maxsim import maxsim, maxsim_half
-from docpc_retrievers.store.segments import SegmentReader, SegmentWriter
 
 __all__ = ["AGGREGATES", "MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
 
 logger = logging.getLogger(__name__)
 
-STORE_FORMAT = 1
-_INTERNAL_KEYS = ("_seg", "_off", "_n", "_nc", "_parts")
 AGGREGATES = ("max", "mean", "sum")
-_SETTINGS_KEY = "docpc_settings"
+_INTERNAL_PREFIX = "_"
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def _synchronized(method: _F) -> _F:
 
 
 def _public(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metadata.items() if k not in _INTERNAL_KEYS}
+    return {k: v for k, v in metadata.items() if not k.startswith(_INTERNAL_PREFIX) and v is not None}
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -120,21 +123,13 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Chroma merges metadata on upsert/update; a None for every dropped key makes it a replacement."""
-    out = dict(new)
-    for key in old or {}:
-        out.setdefault(key, None)
-    return out
-
-
 def _check_metadata(doc_id: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for key, value in metadata.items():
-        if key in _INTERNAL_KEYS or key.startswith("chroma:"):
+        if key.startswith(_INTERNAL_PREFIX) or key.startswith("chroma:"):
             raise ValueError(f"document {doc_id}: metadata key {key!r} is reserved")
         if value is None:
-            continue  # Chroma stores no None: an absent key means the same, in memory and on disk
+            continue  # Chroma stores no None: an absent key means the same
         if isinstance(value, (list, tuple)):
             if not value:
                 continue  # Chroma refuses empty lists; an absent key means the same
@@ -148,18 +143,27 @@ def _check_metadata(doc_id: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def _summary_text(centroids: np.ndarray) -> str:
+    return base64.b64encode(encode_int8(centroids)).decode("ascii")
+
+
+def _summary_vectors(text: str, dim: int) -> np.ndarray:
+    q, scale = decode_int8(base64.b64decode(text), dim)
+    return dequantize(q, scale)
+
+
 class MultiVectorStore:
-    """Per-document multi-vector embeddings with metadata, persisted in Chroma plus fp16 segments.
+    """Per-document multi-vector embeddings with metadata, text and grid previews, kept in Chroma.
 
     Args:
-        path: the store directory (created if missing).
-        host, port, ssl, headers: use a Chroma server instead of the embedded one.
-        collection: Chroma collection name.
-        writable: take the single-writer lock; a second writer gets StoreLockedError.
+        path: the store directory: Chroma's files (embedded mode) and the local cache.
+        host, port, ssl, headers: use a Chroma server (or Chroma's distributed deployment)
+            instead of the embedded one; ``path`` then only holds the cache.
+        collection: Chroma collection name (two companions are named after it).
+        writable: take the single-writer lock (embedded mode; a server has no local lock).
         n_centroids: centroids kept per document for the first search stage.
-        n_candidates: documents kept by the centroid stage and scored in float16.
-        rescore_margin: beyond ``top_k``, how many float16 survivors are rescored
-            exactly in float32 (returned scores are always exact).
+        n_candidates: documents kept by the centroid stage and screened in float16.
+        rescore_margin: beyond ``top_k``, how many float16 survivors are rescored exactly.
     """
 
     def __init__(
@@ -175,6 +179,7 @@ class MultiVectorStore:
         n_centroids: int = 16,
         n_candidates: int = 256,
         rescore_margin: int = 22,
+        allow_old_format: bool = False,
     ) -> None:
         self.layout = StoreLayout.at(path)
         self.path = self.layout.root
@@ -183,59 +188,67 @@ class MultiVectorStore:
         self.n_candidates = n_candidates
         self.rescore_margin = rescore_margin
         self._mutex = threading.RLock()
-        self._lock = WriterLock(self.layout.lock) if writable else None
-        manifest_path = self.layout.manifest
-        if not writable and not manifest_path.exists():
-            raise StoreError(f"no docpc store at {self.path} (missing {manifest_path.name}); index some documents first")
-        self.path.mkdir(parents=True, exist_ok=True)
-        if self._lock is not None:
-            self._lock.acquire()
-        try:
-            self._manifest = self._load_manifest(collection)
-            self.collection_name = str(self._manifest["collection"])
-            self._client = self._make_client(host, port, ssl, headers)
-            self._collection = self._client.get_or_create_collection(
-                self.collection_name,
-                embedding_function=None,
-                configuration={"hnsw": {"space": "ip"}},
+        self._writable = writable
+        local = self._read_local_manifest()
+        if local.get("format") == 1 and not allow_old_format:
+            raise StoreError(
+                f"store {self.path} was written by docpc-retrievers 0.1 (format 1: vectors and grids in local "
+                f"files); convert it in place with `docpc migrate {self.path}`"
             )
+        if host is None and not writable and not self.layout.chroma.exists():
+            raise StoreError(f"no docpc store at {self.path} (missing {self.layout.manifest.name}); index some documents first")
+        self._lock = WriterLock(self.layout.lock) if writable and host is None else None
+        self._cache: VectorCache | None = None
+        try:
+            if self._lock is not None:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._lock.acquire()
+            self.collection_name = str(local.get("collection") or collection)
+            self._client = chroma_client(self.layout.chroma, host, port, ssl, headers)
+            if not writable and host is not None:
+                self._require_collection()
+            self.engine = ChromaEngine(self._client, self.collection_name)
+            self._manifest = self.engine.read_manifest()
+            if self._manifest.get("format", STORE_FORMAT) != STORE_FORMAT and not allow_old_format:
+                raise StoreError(f"store {self.path}: format {self._manifest.get('format')} is not supported")
+            if writable:
+                self.path.mkdir(parents=True, exist_ok=True)
+                if host is None and not self.layout.manifest.exists():
+                    write_json_atomic(self.layout.manifest, {"format": STORE_FORMAT, "collection": self.collection_name})
+            self._cache = VectorCache(self.layout.cache, self.engine.identity)
         except BaseException:
             self.close()
             raise
-        self._writer: SegmentWriter | None = None
-        self._reader: SegmentReader | None = None
         self._index: CentroidIndex | None = None
-        self._records: dict[str, dict[str, Any]] = {}
-        self._loaded_generation = -1
+        self._n: dict[str, int] = {}
+        self._parts: dict[str, tuple[int, ...]] = {}
+        self._loaded = False
 
     # ------------------------------------------------------------------ setup
-    def _make_client(self, host: str | None, port: int, ssl: bool, headers: Mapping[str, str] | None) -> Any:
-        import chromadb
-        from chromadb.config import Settings
+    def _read_local_manifest(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.layout.manifest.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, json.JSONDecodeError) as exc:
+            raise StoreError(f"{self.layout.manifest} is unreadable: {exc}") from exc
+        return data if isinstance(data, dict) else {}
 
-        settings = Settings(anonymized_telemetry=False)
-        if host is not None:
-            return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
-        return chromadb.PersistentClient(path=str(self.layout.chroma), settings=settings)
+    def _require_collection(self) -> None:
+        try:
+            self._client.get_collection(self.collection_name)
+        except Exception as exc:
+            if "connect" in f"{type(exc).__name__} {exc}".lower():
+                raise StoreError(f"the Chroma server at {self.host} cannot be reached ({exc})") from exc
+            raise StoreError(
+                f"no docpc store named {self.collection_name!r} on the Chroma server {self.host}; "
+                "index some documents first"
+            ) from exc
 
-    def _load_manifest(self, collection: str) -> dict[str, Any]:
-        path = self.layout.manifest
-        if path.exists():
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise StoreError(f"{path} is unreadable: {exc}") from exc
-            if data.get("format") != STORE_FORMAT:
-                raise StoreError(f"{path}: store format {data.get('format')} is not supported (expected {STORE_FORMAT})")
-            return data
-        data = {"format": STORE_FORMAT, "collection": collection, "dim": None, "settings": {}, "generation": 0}
-        write_json_atomic(path, data)
-        return data
-
-    def _save_manifest(self) -> None:
-        self._manifest["generation"] = int(self._manifest.get("generation", 0)) + 1
-        write_json_atomic(self.layout.manifest, self._manifest)
-        self._loaded_generation = self._manifest["generation"]
+    @property
+    def cache(self) -> VectorCache:
+        assert self._cache is not None
+        return self._cache
 
     # --------------------------------------------------------------- settings
     @property
@@ -253,8 +266,6 @@ class MultiVectorStore:
 
         The error is :class:`ModelMismatchError` for the ``encoder`` section and
         :class:`SettingsMismatchError` otherwise.
-
-        ``section`` compares only that sub-dict (e.g. ``"encoder"`` for search).
         """
         recorded = self.settings
         if section is not None:
@@ -279,65 +290,122 @@ class MultiVectorStore:
     def set_settings(self, settings: Mapping[str, Any]) -> None:
         """Record the settings on first write; later writes must match them."""
         self._require_writer()
+        self._manifest = self.engine.read_manifest() or self._manifest
         if self.settings:
             self.check_settings(settings)
             return
         self._manifest["settings"] = json.loads(json.dumps(dict(settings)))
-        self._save_manifest()
+        self._manifest["format"] = STORE_FORMAT
+        self.engine.write_manifest(self._manifest)
 
-    # ---------------------------------------------------------------- loading
     def _require_writer(self) -> None:
-        if self._lock is None or not self._lock.held:
+        if not self._writable or (self._lock is not None and not self._lock.held):
             raise StoreError(f"store {self.path} was opened read-only; open it with writable=True to change it")
 
-    def _segments(self) -> SegmentReader:
-        if self._reader is None:
-            if self.dim is None:
-                raise StoreError("store has no vectors yet")
-            self._reader = SegmentReader(self.layout.vectors, self.dim)
-        return self._reader
+    # ---------------------------------------------------------------- loading
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self._load()
+        else:
+            self.refresh()
 
-    @_synchronized
-    def refresh(self) -> None:
-        """Reload records when another writer changed the store since we last looked."""
-        path = self.layout.manifest
-        try:
-            on_disk = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return
-        if on_disk.get("generation") != self._loaded_generation:
-            self._manifest = on_disk
-            self._load_all()
-
-    def _load_all(self) -> None:
-        """Read every record from Chroma and rebuild the in-memory first stage."""
-        self._records = {}
-        self._index = None
-        self._loaded_generation = int(self._manifest.get("generation", 0))
+    def _load(self) -> None:
+        """Build the in-memory first stage: from the cache's saved summaries when valid, else from Chroma."""
+        self._manifest = self.engine.read_manifest() or self._manifest
+        self._loaded = True
         if self.dim is None:
             return
         self._index = CentroidIndex(self.n_centroids, self.dim)
-        total = self._collection.count()
-        page = 5000
-        for start in range(0, total, page):
-            got = self._collection.get(include=["metadatas"], limit=page, offset=start)
-            self._ingest(got["ids"], got["metadatas"])
-
-    def _ingest(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
-        assert self._index is not None
-        reader = self._segments()
-        cents = []
-        for doc_id, meta in zip(ids, metadatas):
-            self._records[doc_id] = dict(meta)
-            n, nc = int(meta["_n"]), int(meta["_nc"])
-            cents.append(np.asarray(reader.read(str(meta["_seg"]), int(meta["_off"]) + n, nc), dtype=np.float32))
-        self._index.add(list(ids), cents)
-
-    def _ensure_loaded(self) -> None:
-        if self._index is None and self.dim is not None:
-            self._load_all()
-        else:
+        self._n, self._parts = {}, {}
+        saved = self.cache.load_summaries() if self.cache.position else None
+        if saved is not None and int(saved["summaries"].shape[-1] if saved["summaries"].size else self.dim) == self.dim:
+            ids = [str(i) for i in saved["ids"]]
+            counts = saved["counts"]
+            cents = [dequantize(q, s) for q, s in zip(saved["summaries"], saved["scales"])]
+            self._index.add(ids, [c[: int(k)] for c, k in zip(cents, saved["kept"])])
+            self._n = {i: int(n) for i, n in zip(ids, counts)}
+            self._parts = {str(k): tuple(int(v) for v in json.loads(str(p))) for k, p in zip(saved["part_ids"], saved["parts"])}
             self.refresh()
+            return
+        records = self.engine.records()
+        self._ingest(records)
+        changes = self.engine.changes(0) if records else []
+        self.cache.position = max((c.seq for c in changes), default=0)
+        self.cache.seen.update(c.key for c in changes)
+        self._save_summaries()
+
+    def _ingest(self, records: Mapping[str, Mapping[str, Any]]) -> None:
+        assert self._index is not None and self.dim is not None
+        ids, cents = [], []
+        for doc_id, meta in records.items():
+            if "_summary" not in meta:
+                continue  # a record of another format (or being written)
+            ids.append(doc_id)
+            cents.append(_summary_vectors(str(meta["_summary"]), self.dim))
+            self._n[doc_id] = int(meta["_n"])
+            parts = meta.get("_parts")
+            if parts:
+                self._parts[doc_id] = tuple(int(v) for v in parts)
+        self._index.add(ids, cents)
+
+    def _save_summaries(self) -> None:
+        """Save the first stage to the cache so the next open need not read every record from Chroma."""
+        if self._index is None or self.dim is None:
+            return
+        ids, blocks = self._index.live()
+        c = self.n_centroids
+        q = np.zeros((len(ids), c, self.dim), dtype=np.int8)
+        s = np.ones((len(ids), c), dtype=np.float16)
+        for i, block in enumerate(blocks):
+            q[i], s[i] = _quantize_rows(block)
+        self.cache.save_summaries(
+            {
+                "ids": np.array(ids, dtype="U64"),
+                "summaries": q,
+                "scales": s,
+                "kept": np.array([c] * len(ids), dtype=np.int32),
+                "counts": np.array([self._n.get(i, 0) for i in ids], dtype=np.int64),
+                "part_ids": np.array(list(self._parts), dtype="U64"),
+                "parts": np.array([json.dumps(list(v)) for v in self._parts.values()], dtype="U4096"),
+            }
+        )
+        self.cache.save()
+
+    @_synchronized
+    def refresh(self) -> None:
+        """Apply what other writers committed since we last looked (the change feed): new, replaced, deleted."""
+        if not self._loaded:
+            self._load()
+            return
+        changes = [c for c in self.engine.changes(self.cache.position) if c.key not in self.cache.seen]
+        if not changes:
+            return
+        if self.dim is None or self._index is None:  # the first documents came from another writer
+            self._manifest = self.engine.read_manifest() or self._manifest
+            self._loaded = False
+            self._load()
+            return
+        touched = list(dict.fromkeys(i for c in changes for i in c.ids))
+        self._forget(touched)
+        live = self.engine.records([c for c in touched]) if touched else {}
+        self._ingest(live)
+        self.cache.seen.update(c.key for c in changes)
+        self.cache.position = max(self.cache.position, max(c.seq for c in changes))
+        self.cache._dirty = True
+        if len(touched) > 100:
+            self._save_summaries()
+
+    def _forget(self, ids: Sequence[str]) -> None:
+        if self._index is not None:
+            self._index.remove(ids)
+        for doc_id in ids:
+            self._n.pop(doc_id, None)
+            self._parts.pop(doc_id, None)
+            try:
+                self.layout.cached_grid(doc_id).unlink(missing_ok=True)
+            except (OSError, DocumentNotFoundError):
+                pass
+        self.cache.drop(ids)
 
     # ----------------------------------------------------------------- writes
     @_synchronized
@@ -348,174 +416,216 @@ class MultiVectorStore:
         metadatas: Sequence[Mapping[str, Any]],
         texts: Sequence[str | None] | None = None,
         parts: Sequence[Sequence[int] | None] | None = None,
+        *,
+        anchors: Sequence[np.ndarray | None] | None = None,
+        grids: Sequence[bytes | None] | None = None,
     ) -> None:
         """Insert or replace documents: ``vectors[i]`` is ``[n_i, dim]`` (unit rows, as encoders give).
 
-        ``texts`` (optional) is kept as the Chroma document text, e.g. the text
-        layer of the selected pages. ``parts[i]`` (optional) splits document
-        ``i``'s rows into consecutive parts of the given lengths (one per page in
-        page mode); search then scores each part and aggregates. The batch is committed as a unit: vectors
-        are made durable first, then the Chroma records that point at them.
+        ``texts``: the text kept with each record. ``parts[i]`` splits document
+        ``i``'s rows into consecutive parts (one per page in page mode); search
+        scores each part and aggregates. ``anchors[i]``: for pooled vectors,
+        the encoder token each row stands for (evidence maps). ``grids[i]``:
+        the grid preview's bytes. Vectors are stored as int8 with a scale per row.
         """
         self._require_writer()
-        if not (len(ids) == len(vectors) == len(metadatas)) or (texts is not None and len(texts) != len(ids)):
+        n_docs = len(ids)
+        if not (n_docs == len(vectors) == len(metadatas)) or (texts is not None and len(texts) != n_docs):
             raise ValueError("ids, vectors, metadatas (and texts) must have the same length")
-        if len(set(ids)) != len(ids):
+        if len(set(ids)) != n_docs:
             raise ValueError("duplicate ids in one add() call")
         if not ids:
             return
         mats = [np.asarray(v, dtype=np.float32) for v in vectors]
         dim = self.dim or mats[0].shape[1]
-        if parts is not None and len(parts) != len(ids):
-            raise ValueError("parts must have one entry per document")
+        for name, seq in (("parts", parts), ("anchors", anchors), ("grids", grids)):
+            if seq is not None and len(seq) != n_docs:
+                raise ValueError(f"{name} must have one entry per document")
         for i, (doc_id, m) in enumerate(zip(ids, mats)):
             split = None if parts is None else parts[i]
-            if split is not None and (sum(split) != m.shape[0] or min(split, default=0) < 1):
-                raise ValueError(f"document {doc_id}: parts {list(split)} do not split its {m.shape[0]} rows")
             if m.ndim != 2 or m.shape[0] == 0 or m.shape[1] != dim:
                 raise ValueError(f"document {doc_id}: expected a non-empty [n, {dim}] matrix, got {m.shape}")
+            if split is not None and (sum(split) != m.shape[0] or min(split, default=0) < 1):
+                raise ValueError(f"document {doc_id}: parts {list(split)} do not split its {m.shape[0]} rows")
             if not np.isfinite(m).all():
                 raise ValueError(f"document {doc_id}: embedding contains NaN or inf")
         if self.dim is None:
-            self._manifest["dim"] = dim
-            self._save_manifest()
+            self._manifest = self.engine.read_manifest() or self._manifest
+            if self.dim is None:
+                self._manifest.update(dim=dim, format=STORE_FORMAT)
+                self.engine.write_manifest(self._manifest)
         self._ensure_loaded()
-        if self._writer is None:
-            self._writer = SegmentWriter(self.layout.vectors, dim)
-        writer = self._writer
-
-        records: list[dict[str, Any]] = []
-        pooled = np.empty((len(ids), dim), dtype=np.float32)
-        cents = []
+        if self._index is None:
+            self._index = CentroidIndex(self.n_centroids, dim)
+        records, cents, packed = [], [], {}
         for i, (doc_id, m, meta) in enumerate(zip(ids, mats, metadatas)):
             c = document_centroids(m, self.n_centroids)
-            offset = writer.append(m)
-            writer.append(c)
+            anchor = None if anchors is None else anchors[i]
+            data = pack_vectors(m, anchor)
             mean = m.mean(axis=0)
-            pooled[i] = mean / max(float(np.linalg.norm(mean)), 1e-12)
             rec = _check_metadata(doc_id, meta)
-            rec.update({"_seg": writer.name, "_off": offset, "_n": int(m.shape[0]), "_nc": int(c.shape[0])})
+            rec.update({"_n": int(m.shape[0]), "_summary": _summary_text(c), "_vb": len(data)})
             split = None if parts is None else parts[i]
             if split is not None and len(split) > 1:
                 rec["_parts"] = [int(v) for v in split]
-            records.append(rec)
-            cents.append(c)
-        writer.flush()
-
-        max_batch = self._client.get_max_batch_size()
-        for s in range(0, len(ids), max_batch):
-            e = s + max_batch
-            docs = [""] * len(ids[s:e]) if texts is None else [t or "" for t in texts[s:e]]
-            metas = [_replacing(r, self._records.get(i)) for i, r in zip(ids[s:e], records[s:e])]
-            self._collection.upsert(ids=list(ids[s:e]), embeddings=pooled[s:e], metadatas=metas, documents=docs)
-        for doc_id, rec in zip(ids, records):
-            self._records[doc_id] = rec
-        assert self._index is not None
+            grid = None if grids is None else grids[i]
+            if grid is not None:
+                rec["_gb"] = len(grid)
+            text = "" if texts is None else (texts[i] or "")
+            records.append(DocumentRecord(doc_id, rec, text, mean / max(float(np.linalg.norm(mean)), 1e-12), data, grid))
+            cents.append(_summary_vectors(rec["_summary"], dim))
+            packed[doc_id] = data
+        self.engine.write(records)
+        self.cache.seen.update(self.engine.last_keys)
+        self._forget(list(ids))
         self._index.add(list(ids), cents)
-        self._save_manifest()
+        for rec in records:
+            self._n[rec.id] = int(rec.metadata["_n"])
+            if "_parts" in rec.metadata:
+                self._parts[rec.id] = tuple(rec.metadata["_parts"])
+        self.cache.put(packed)
 
     @_synchronized
     def delete(self, ids: Iterable[str]) -> int:
-        """Delete documents by id; returns how many existed."""
+        """Delete documents by id (records, vectors, grids); returns how many existed."""
         self._require_writer()
         self._ensure_loaded()
-        present = [i for i in dict.fromkeys(ids) if i in self._records]
+        present = [i for i in dict.fromkeys(ids) if i in self._n]
         if present:
-            self._collection.delete(ids=present)
-            for doc_id in present:
-                self._records.pop(doc_id, None)
-            if self._index is not None:
-                self._index.remove(present)
-            self._save_manifest()
+            self.engine.delete(present)
+            self.cache.seen.update(self.engine.last_keys)
+            self._forget(present)
         return len(present)
 
     @_synchronized
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
         """Replace the public metadata of existing documents, keeping their vectors."""
         self._require_writer()
-        self._ensure_loaded()
+        old = self.engine.records(ids)
         new = []
         for doc_id, meta in zip(ids, metadatas):
-            if doc_id not in self._records:
+            if doc_id not in old:
                 raise DocumentNotFoundError(doc_id, self.path)
             rec = _check_metadata(doc_id, meta)
-            rec.update({k: self._records[doc_id][k] for k in _INTERNAL_KEYS if k in self._records[doc_id]})
-            new.append(rec)
+            rec.update({k: v for k, v in old[doc_id].items() if k.startswith(_INTERNAL_PREFIX)})
+            new.append({**{k: None for k in old[doc_id]}, **rec})
         if new:
-            self._collection.update(
-                ids=list(ids), metadatas=[_replacing(r, self._records[i]) for i, r in zip(ids, new)]
-            )
-            for doc_id, rec in zip(ids, new):
-                self._records[doc_id] = rec
-            self._save_manifest()
+            self.engine.docs.update(ids=list(ids), metadatas=new)
 
     # ------------------------------------------------------------------ reads
     @_synchronized
     def count(self) -> int:
         self._ensure_loaded()
-        return len(self._records)
+        return len(self._n)
 
     @_synchronized
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """All document ids, or those whose metadata matches a Chroma ``where`` filter."""
         self._ensure_loaded()
         if where is None:
-            return list(self._records)
-        got = self._collection.get(where=dict(where), include=[])
-        return [i for i in got["ids"] if i in self._records]
+            return list(self._n)
+        return [i for i in self.engine.ids(where) if i in self._n]
 
     @_synchronized
     def __contains__(self, doc_id: object) -> bool:
         self._ensure_loaded()
-        return doc_id in self._records
+        return doc_id in self._n
+
+    def _packed(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """Packed vectors from the cache, fetching what it lacks from Chroma (and caching it)."""
+        out: dict[str, bytes] = {}
+        missing = []
+        for doc_id in ids:
+            data = self.cache.get(doc_id)
+            if data is None:
+                missing.append(doc_id)
+            else:
+                out[doc_id] = data
+        if missing:
+            fetched = self.engine.payload(missing, "v")
+            self.cache.put(fetched)
+            out.update(fetched)
+        return out
+
+    def _unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        assert self.dim is not None
+        return unpack_vectors(data, self.dim, self._n[doc_id])
 
     @_synchronized
     def vectors(self, doc_id: str) -> np.ndarray:
-        """The stored ``[n, dim]`` multi-vector of a document, as float32."""
+        """The stored ``[n, dim]`` multi-vector of a document, as float32 (dequantized)."""
+        return self.vectors_with_anchors(doc_id)[0]
+
+    @_synchronized
+    def vectors_with_anchors(self, doc_id: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """The stored vectors and, for pooled vectors, the encoder token each stands for (else None)."""
         self._ensure_loaded()
-        rec = self._records.get(doc_id)
-        if rec is None:
+        if doc_id not in self._n:
             raise DocumentNotFoundError(doc_id, self.path)
-        return self._read_vectors(rec)
-
-    def _read_raw(self, rec: Mapping[str, Any]) -> np.ndarray:
-        """The stored float16 rows of a record (a memory-mapped view, no copy)."""
-        return self._segments().read(str(rec["_seg"]), int(rec["_off"]), int(rec["_n"]))
-
-    def _read_vectors(self, rec: Mapping[str, Any]) -> np.ndarray:
-        return np.asarray(self._read_raw(rec), dtype=np.float32)
+        data = self._packed([doc_id]).get(doc_id)
+        if data is None:
+            raise StoreError(f"store {self.path}: the vectors of document {doc_id} are missing from Chroma")
+        q, scale, anchors = self._unpacked(doc_id, data)
+        return dequantize(q, scale), anchors
 
     @_synchronized
     def get(self, ids: Sequence[str] | None = None, *, include_vectors: bool = False) -> list[StoredDocument]:
         """Records by id (missing ids are skipped), or all records."""
         self._ensure_loaded()
-        wanted = list(self._records) if ids is None else [i for i in ids if i in self._records]
+        wanted = list(self._n) if ids is None else [i for i in ids if i in self._n]
+        records = self.engine.records(wanted, include_summary=False) if wanted else {}
         return [
             StoredDocument(
                 id=doc_id,
-                metadata=_public(self._records[doc_id]),
-                n_vectors=int(self._records[doc_id]["_n"]),
-                vectors=self._read_vectors(self._records[doc_id]) if include_vectors else None,
-                parts=tuple(self._records[doc_id].get("_parts") or (int(self._records[doc_id]["_n"]),)),
+                metadata=_public(records[doc_id]),
+                n_vectors=self._n[doc_id],
+                vectors=self.vectors(doc_id) if include_vectors else None,
+                parts=self._parts.get(doc_id, (self._n[doc_id],)),
             )
             for doc_id in wanted
+            if doc_id in records
         ]
 
     @_synchronized
     def texts(self, ids: Sequence[str]) -> dict[str, str]:
         """The stored text of documents (empty string when none was kept)."""
-        if not ids:
-            return {}
-        got = self._collection.get(ids=list(ids), include=["documents"])
-        return {i: (d or "") for i, d in zip(got["ids"], got["documents"] or [])}
+        return self.engine.texts(ids) if ids else {}
+
+    @_synchronized
+    def grid(self, doc_id: str) -> bytes:
+        """A document's grid preview bytes (cached locally on first read); DocumentNotFoundError when it has none."""
+        path = self.layout.cached_grid(doc_id)
+        self._ensure_loaded()
+        if doc_id not in self._n:
+            raise DocumentNotFoundError(doc_id, self.path)
+        try:
+            return path.read_bytes()
+        except OSError:
+            pass
+        data = self.engine.payload([doc_id], "g").get(doc_id)
+        if data is None:
+            raise DocumentNotFoundError(doc_id, self.path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        return data
 
     @_synchronized
     def total_vectors(self) -> int:
         self._ensure_loaded()
-        return sum(int(r["_n"]) for r in self._records.values())
+        return sum(self._n.values())
+
+    def images_encoded(self) -> int:
+        """Images behind the stored vectors: one per document, one per page for multi-part (page-mode) records."""
+        self._ensure_loaded()
+        return len(self._n) + sum(len(p) - 1 for p in self._parts.values())
 
     def bytes_on_disk(self) -> int:
-        """Bytes used under the store directory (Chroma files and vector segments)."""
+        """Bytes under the store directory (Chroma's files in embedded mode, and the local cache)."""
         total = 0
         for root, _dirs, files in os.walk(self.path):
             for name in files:
@@ -525,20 +635,34 @@ class MultiVectorStore:
                     pass
         return total
 
-    def describe(
-        self, *, model: str, settings: Mapping[str, Any], grid_bytes: int, page_cache: Mapping[str, int]
-    ) -> dict[str, Any]:
+    def bytes_by_part(self) -> dict[str, int]:
+        """Payload bytes per document part, summed over the store (what a search reads, and the grids)."""
+        recs = self.engine.records(include_summary=True)
+        vectors = sum(int(m.get("_vb", 0)) for m in recs.values())
+        summaries = sum(len(base64.b64decode(str(m["_summary"]))) for m in recs.values() if "_summary" in m)
+        grids = sum(int(m.get("_gb", 0)) for m in recs.values())
+        return {"vectors": vectors, "first_stage": summaries, "grids": grids}
+
+    def describe(self, *, model: str, settings: Mapping[str, Any], page_cache: Mapping[str, int]) -> dict[str, Any]:
         """What the store holds and how it was built (``docpc info``); arguments fill what the store cannot know."""
         recorded = self.settings
         encoder = recorded.get("encoder") or {}
         index = recorded.get("index") or dict(settings)
+        docs = self.count()
+        parts = self.bytes_by_part()
+        on_disk = self.bytes_on_disk()
+        per_doc = {k: (round(v / docs) if docs else 0) for k, v in parts.items()}
         return {
             "path": str(self.path),
-            "documents": self.count(),
-            "images_encoded": sum(len(d.parts) for d in self.get()),
+            "server": f"{self.host}" if self.host else None,
+            "collection": self.collection_name,
+            "documents": docs,
+            "images_encoded": self.images_encoded(),
             "vectors": self.total_vectors(),
-            "bytes_on_disk": self.bytes_on_disk(),
-            "bytes_grid_images": grid_bytes,
+            "bytes_on_disk": on_disk,
+            "bytes_grid_images": parts["grids"],
+            "bytes_cache": self.cache.bytes(),
+            "bytes_per_document": {**per_doc, "on_disk": round(on_disk / docs) if docs else 0},
             "model": encoder.get("model_id", model),
             "family": encoder.get("family"),
             "dim": self.dim,
@@ -549,33 +673,15 @@ class MultiVectorStore:
             "grid": "x".join(str(v) for v in index.get("grid", [])) or None,
             "cell_size": index.get("cell_size"),
             "page_size": index.get("page_size"),
+            "pool_factor": index.get("pool_factor"),
             "page_cache_pages": page_cache.get("pages", 0),
             "page_cache_bytes": page_cache.get("bytes", 0),
         }
 
     # ----------------------------------------------------------------- search
-    def search(
-        self,
-        query: np.ndarray,
-        top_k: int = 10,
-        *,
-        where: Mapping[str, Any] | None = None,
-        ids: Iterable[str] | None = None,
-        n_candidates: int | None = None,
-        exhaustive: bool = False,
-        aggregate: str = "max",
-    ) -> list[ScoredDocument]:
-        """Top documents for one query ``[n_tokens, dim]`` by MaxSim, best first.
-
-        ``where`` is a Chroma metadata filter, ``ids`` restricts to given
-        documents. When the (filtered) corpus is no larger than the number of
-        candidates, or ``exhaustive`` is set, every document is scored exactly.
-        Multi-part records (page mode) score each part and combine them with
-        ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
-        """
-        return self.search_batch(
-            [query], top_k, where=where, ids=ids, n_candidates=n_candidates, exhaustive=exhaustive, aggregate=aggregate
-        )[0]
+    def search(self, query: np.ndarray, top_k: int = 10, **options: Any) -> list[ScoredDocument]:
+        """Top documents for one query ``[n_tokens, dim]`` by MaxSim, best first (options as :meth:`search_batch`)."""
+        return self.search_batch([query], top_k, **options)[0]
 
     @_synchronized
     def search_batch(
@@ -589,13 +695,20 @@ class MultiVectorStore:
         exhaustive: bool = False,
         aggregate: str = "max",
     ) -> list[list[ScoredDocument]]:
-        """:meth:`search` for several queries at once (one list of hits per query)."""
+        """Top documents per query by MaxSim, best first.
+
+        ``where`` is a Chroma metadata filter, ``ids`` restricts to given
+        documents. When the (filtered) corpus is no larger than the number of
+        candidates, or ``exhaustive`` is set, every document is scored exactly.
+        Multi-part records (page mode) score each part and combine them with
+        ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
+        """
         if top_k < 0:
             raise ValueError("top_k must be >= 0")
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
         self._ensure_loaded()
-        if top_k == 0 or not self._records or self._index is None:
+        if top_k == 0 or not self._n or self._index is None:
             return [[] for _ in queries]
         qs = [np.asarray(q, dtype=np.float32) for q in queries]
         for q in qs:
@@ -605,14 +718,20 @@ class MultiVectorStore:
         if where is not None:
             allowed = set(self.ids(where))
         if ids is not None:
-            id_set = {i for i in ids if i in self._records}
+            id_set = {i for i in ids if i in self._n}
             allowed = id_set if allowed is None else allowed & id_set
-        pool = list(self._records) if allowed is None else [i for i in self._records if i in allowed]
+        pool = list(self._n) if allowed is None else [i for i in self._n if i in allowed]
         if not pool:
             return [[] for _ in queries]
         n_cand = max(n_candidates or self.n_candidates, top_k)
         with _single_blas_thread():
-            return [self._search_one(q, pool, allowed, top_k, n_cand, exhaustive, aggregate) for q in qs]
+            ranked = [self._search_one(q, pool, allowed, top_k, n_cand, exhaustive, aggregate) for q in qs]
+        wanted = list(dict.fromkeys(doc_id for hits in ranked for doc_id, _, _ in hits))
+        records = self.engine.records(wanted, include_summary=False)
+        return [
+            [ScoredDocument(d, s, _public(records.get(d, {})), parts) for d, s, parts in hits if d in records]
+            for hits in ranked
+        ]
 
     def _search_one(
         self,
@@ -623,45 +742,52 @@ class MultiVectorStore:
         n_cand: int,
         exhaustive: bool,
         aggregate: str,
-    ) -> list[ScoredDocument]:
+    ) -> list[tuple[str, float, tuple[float, ...]]]:
         assert self._index is not None
-        if exhaustive or len(pool) <= n_cand:
-            cand = pool
-        else:
-            cand = self._index.top(q, n_cand, allowed)
+        cand = pool if exhaustive or len(pool) <= n_cand else self._index.top(q, n_cand, allowed)
+        rows = self._rows(cand)
         if not exhaustive and len(cand) > top_k + self.rescore_margin:
             # Screen in float16, then score the survivors exactly in float32.
-            rough, _ = self._score(q, cand, aggregate, half=True)
+            rough, _ = self._score(q, cand, rows, aggregate, half=True)
             keep = np.argpartition(-rough, top_k + self.rescore_margin - 1)[: top_k + self.rescore_margin]
             cand = [cand[i] for i in keep]
-        scores, per_part = self._score(q, cand, aggregate, half=False)
+        scores, per_part = self._score(q, cand, rows, aggregate, half=False)
         order = sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))[:top_k]
-        return [
-            ScoredDocument(
-                cand[i],
-                float(scores[i]),
-                _public(self._records[cand[i]]),
-                tuple(float(v) for v in per_part[i]),
-            )
-            for i in order
-        ]
+        return [(cand[i], float(scores[i]), tuple(float(v) for v in per_part[i])) for i in order]
+
+    def _rows(self, ids: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        packed = self._packed(ids)
+        out = {}
+        for doc_id in ids:
+            data = packed.get(doc_id)
+            if data is None:
+                raise StoreError(f"store {self.path}: the vectors of document {doc_id} are missing from Chroma")
+            q, scale, _ = self._unpacked(doc_id, data)
+            out[doc_id] = (q, scale)
+        return out
 
     def _score(
-        self, query: np.ndarray, ids: Sequence[str], aggregate: str, *, half: bool
+        self,
+        query: np.ndarray,
+        ids: Sequence[str],
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        aggregate: str,
+        *,
+        half: bool,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Aggregate scores ``[len(ids)]`` and each document's part scores, float16 screen or exact."""
         pieces: list[np.ndarray] = []
         counts: list[int] = []
         for doc_id in ids:
-            rec = self._records[doc_id]
-            rows = self._read_raw(rec)
-            split = rec.get("_parts")
+            q8, scale = rows[doc_id]
+            mat = (q8.astype(np.float16) * scale[:, None]) if half else dequantize(q8, scale)
+            split = self._parts.get(doc_id)
             if split:
                 bounds = np.cumsum([0, *split])
-                pieces.extend(rows[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+                pieces.extend(mat[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
                 counts.append(len(split))
             else:
-                pieces.append(rows)
+                pieces.append(mat)
                 counts.append(1)
         flat = maxsim_half(query, pieces) if half else maxsim([query], pieces)[0]
         if len(pieces) == len(ids):  # one part each: the part score is the document score
@@ -673,13 +799,11 @@ class MultiVectorStore:
     # --------------------------------------------------------------- lifetime
     @_synchronized
     def close(self) -> None:
-        """Flush and release the writer lock; the store can be reopened afterwards."""
-        if getattr(self, "_writer", None) is not None:
-            self._writer.close()
-            self._writer = None
-        if getattr(self, "_reader", None) is not None:
-            self._reader.close()
-            self._reader = None
+        """Save the cache and release the writer lock; the store can be reopened afterwards."""
+        if getattr(self, "_cache", None) is not None:
+            if getattr(self, "_loaded", False) and getattr(self, "_index", None) is not None and self.cache._dirty:
+                self._save_summaries()
+            self.cache.close()
         if getattr(self, "_lock", None) is not None:
             self._lock.release()
 
@@ -688,3 +812,9 @@ class MultiVectorStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _quantize_rows(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from docpc_retrievers.store.codec import quantize
+
+    return quantize(block)

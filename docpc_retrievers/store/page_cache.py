@@ -106,7 +106,7 @@ class PageEmbeddingCache:
             raise StoreLockedError(f"page cache {self.directory} is in use by another process; clear it later")
         removed += store.delete(store.ids())
         self.close()
-        shutil.rmtree(StoreLayout(self.directory).vectors, ignore_errors=True)
+        shutil.rmtree(StoreLayout(self.directory).cache, ignore_errors=True)
         return removed
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, IMAGE_MIME_TYPE, PathLike, RetrieverOptions, b64_png
+from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, b64_png
 from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
@@ -43,7 +43,7 @@ class DocPCRetriever(BaseRetriever):
     document id, ``page_content`` the text of the selected pages and ``metadata`` the stored keys
     (``source``, ``title``, ``total_pages``, ``selected_pages`` (1-based), ...) plus ``score``,
     ``rank``, ``evidence_pages``, after reranking ``reranked`` and ``grid_score``, and the image:
-    ``image_base64`` (the grid PNG) or, with ``return_images="pages"``, ``page_images_base64``,
+    ``image_base64`` (the grid, lossless WebP) or, with ``return_images="pages"``, ``page_images_base64``,
     with ``image_mime_type``. ``invoke(query, k=..., filter=..., rerank=...)`` overrides per call.
     """
 
@@ -180,7 +180,7 @@ class DocPCRetriever(BaseRetriever):
 def _document(hit: Hit) -> Document:
     metadata = dict(hit.metadata)
     if hit.image is not None:
-        metadata.update(image_base64=b64_png(hit.image), image_mime_type=IMAGE_MIME_TYPE)
+        metadata.update(image_base64=b64_png(hit.image), image_mime_type=hit.image_mime_type)
     elif hit.pages:
-        metadata.update(page_images_base64=[b64_png(png) for _, png, _ in hit.pages], image_mime_type=IMAGE_MIME_TYPE)
+        metadata.update(page_images_base64=[b64_png(png) for _, png, _ in hit.pages], image_mime_type=hit.image_mime_type)
     return Document(id=hit.id, page_content=hit.text, metadata=metadata)

@@ -1,0 +1,210 @@
+"""The local cache of a store: compact vectors and first-stage summaries copied from the engine.
+
+Never needed for correctness and safe to delete at any time: every entry is
+derived from the engine (Chroma), filled on demand, and dropped when the
+engine's change feed says the document changed or when the engine behind the
+store is a different one (its identity changed). Several processes may share
+a cache folder: each appends to its own file, and a read that fails for any
+reason is a miss (the engine is asked again).
+
+Files (under ``StoreLayout.cache``)::
+
+    state.json            engine identity, the change-feed position applied
+    summaries.npz         ids, int8 first-stage summaries with scales, vector counts, parts
+    vec-<session>.bin     packed compact vectors, appended (codec.pack_vectors)
+    vectors.npz           where each document's packed vectors are: file, offset, length
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+__all__ = ["VectorCache"]
+
+logger = logging.getLogger(__name__)
+
+_STATE_VERSION = 1
+
+
+class VectorCache:
+    """Packed vectors by document id in append-only files, plus the saved first-stage summaries."""
+
+    def __init__(self, folder: Path, identity: str) -> None:
+        self.folder = folder
+        self.identity = identity
+        self.position = 0
+        self.seen: set[str] = set()
+        self._where: dict[str, tuple[str, int, int]] = {}
+        self._file: BinaryIO | None = None
+        self._file_name = f"vec-{os.getpid()}-{secrets.token_hex(4)}.bin"
+        self._maps: dict[str, np.memmap] = {}
+        self._dirty = False
+        self._load_state()
+
+    # ----------------------------------------------------------------- state
+    def _load_state(self) -> None:
+        try:
+            state = json.loads((self.folder / "state.json").read_text())
+            if state.get("version") != _STATE_VERSION or state.get("identity") != self.identity:
+                raise ValueError("cache belongs to another store")
+            self.position = int(state.get("position", 0))
+            self.seen = set(state.get("seen") or [])
+            with np.load(self.folder / "vectors.npz") as z:
+                self._where = {
+                    str(i): (str(f), int(o), int(n)) for i, f, o, n in zip(z["ids"], z["files"], z["offsets"], z["lengths"])
+                }
+        except FileNotFoundError:
+            self._reset(quiet=True)
+        except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+            logger.info("local cache %s not used (%s); it will be rebuilt from the store", self.folder, exc)
+            self._reset()
+
+    def _reset(self, quiet: bool = False) -> None:
+        """Forget every cached entry (files of other sessions are left for them; unreferenced ones are cleaned)."""
+        self.position, self.seen, self._where = 0, set(), {}
+        for name in ("summaries.npz", "vectors.npz", "state.json"):
+            try:
+                (self.folder / name).unlink()
+            except OSError:
+                pass
+        self._dirty = True
+
+    def save(self) -> None:
+        """Write the index of cached vectors and the feed position (atomically)."""
+        if not self._dirty:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if self._file is not None:
+                self._file.flush()
+            ids = list(self._where)
+            files = [self._where[i][0] for i in ids]
+            offsets = np.array([self._where[i][1] for i in ids], dtype=np.int64)
+            lengths = np.array([self._where[i][2] for i in ids], dtype=np.int64)
+            _atomic_npz(self.folder / "vectors.npz", ids=np.array(ids, dtype="U64"), files=np.array(files, dtype="U64"),
+                        offsets=offsets, lengths=lengths)
+            state = {"version": _STATE_VERSION, "identity": self.identity, "position": self.position,
+                     "seen": sorted(self.seen)[-2000:]}
+            _atomic_text(self.folder / "state.json", json.dumps(state))
+            self._dirty = False
+        except OSError as exc:
+            logger.warning("could not save the local cache %s: %s", self.folder, exc)
+
+    # -------------------------------------------------------------- summaries
+    def load_summaries(self) -> dict[str, np.ndarray] | None:
+        """Saved summaries (``ids``, ``summaries`` int8 [N, c, dim], ``scales`` [N, c], ``counts``, ``parts``), or None."""
+        try:
+            with np.load(self.folder / "summaries.npz") as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def save_summaries(self, arrays: Mapping[str, np.ndarray]) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _atomic_npz(self.folder / "summaries.npz", **arrays)
+        except OSError as exc:
+            logger.warning("could not save summaries to %s: %s", self.folder, exc)
+
+    # ---------------------------------------------------------------- vectors
+    def get(self, doc_id: str) -> bytes | None:
+        """Cached packed vectors of a document, or None (a miss, including any read failure)."""
+        where = self._where.get(doc_id)
+        if where is None:
+            return None
+        name, offset, length = where
+        try:
+            if self._file is not None and name == self._file_name:
+                self._file.flush()
+            mm = self._maps.get(name)
+            if mm is None or mm.shape[0] < offset + length:
+                mm = np.memmap(self.folder / name, dtype=np.uint8, mode="r")
+                self._maps[name] = mm
+            if mm.shape[0] < offset + length:
+                raise ValueError("short cache file")
+            return mm[offset : offset + length].tobytes()
+        except (OSError, ValueError):
+            self._where.pop(doc_id, None)
+            self._maps.pop(name, None)
+            self._dirty = True
+            return None
+
+    def put(self, items: Mapping[str, bytes]) -> None:
+        """Remember packed vectors (a failure to write only costs a later refetch)."""
+        if not items:
+            return
+        try:
+            if self._file is None:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.folder / self._file_name, "ab")
+            for doc_id, data in items.items():
+                offset = self._file.tell()
+                self._file.write(data)
+                self._where[doc_id] = (self._file_name, offset, len(data))
+            self._dirty = True
+        except OSError as exc:
+            logger.warning("could not write the local cache %s: %s", self.folder, exc)
+
+    def drop(self, ids: Iterable[str]) -> None:
+        """Forget documents (they changed or were deleted)."""
+        for doc_id in ids:
+            if self._where.pop(doc_id, None) is not None:
+                self._dirty = True
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._where
+
+    def bytes(self) -> int:
+        """Bytes of the cache folder."""
+        if not self.folder.exists():
+            return 0
+        return sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
+
+    def vacuum(self) -> int:
+        """Remove cache files no entry of this process refers to and rewrite nothing else; returns bytes freed.
+
+        Files written by other live processes are kept when they are newer than a minute.
+        """
+        import time
+
+        if not self.folder.exists():
+            return 0
+        used = {f for f, _, _ in self._where.values()} | {self._file_name}
+        freed = 0
+        for path in self.folder.glob("vec-*.bin"):
+            if path.name in used or time.time() - path.stat().st_mtime < 60:
+                continue
+            freed += path.stat().st_size
+            path.unlink(missing_ok=True)
+            self._maps.pop(path.name, None)
+        return freed
+
+    def close(self) -> None:
+        self.save()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._maps.clear()
+
+
+def _atomic_npz(path: Path, **arrays: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+    with os.fdopen(fd, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

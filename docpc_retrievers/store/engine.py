@@ -1,0 +1,397 @@
+"""Where a store's records live: the engine interface, and Chroma behind it.
+
+Everything a search needs is in the engine, so any process that can reach
+it (an embedded Chroma directory, or ``chroma run`` / Chroma's distributed
+deployment over HTTP) can search; local files are only a cache (cache.py).
+
+Chroma layout for a store named ``C``:
+
+* ``C``: one record per document. Embedding: the mean of its vectors (unit
+  length; plain Chroma tools can query it). Document: the text of its
+  selected pages. Metadata: the public keys (filterable) plus internal ``_``
+  keys: vector count, page parts, first-stage summary (``_summary``, base64
+  int8 centroids), write sequence, payload record counts.
+* ``C.blobs``: payload records keyed ``<doc id>.<kind><i>`` (``v`` compact
+  vectors, ``g`` grid preview, ``t`` text beyond what one document field may
+  hold), base64 split over metadata values of at most 4,000 characters
+  (payload in the document field would be full-text indexed: 7x the bytes).
+* ``C.log``: the change feed, one record per commit (``put`` or ``delete``
+  with the ids), ordered by a microsecond sequence number; readers apply what
+  they have not seen on their next search.
+* Store-wide settings (format, dim, encoder and index settings) in ``C``'s
+  collection metadata.
+
+A second engine with native multi-vectors would implement :class:`StoreEngine`
+and leave indexing and search untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from docpc_retrievers.errors import StoreError
+from docpc_retrievers.store.codec import KEYS_PER_RECORD, VALUE_CHARS, chunk_payload, join_payload
+
+__all__ = ["Change", "ChromaEngine", "DocumentRecord", "StoreEngine", "STORE_FORMAT"]
+
+logger = logging.getLogger(__name__)
+
+#: Format 1 (0.1): records in Chroma, vectors and grids in local files. Format 2: everything in Chroma.
+STORE_FORMAT = 2
+#: A reader re-reads this much of the change feed before its last position (microseconds), so a
+#: commit that took a sequence number just before another writer's, but landed after it, is not missed.
+_LOOKBACK_US = 120_000_000
+#: Records per Chroma write (hosted Chroma: 300).
+_WRITE_BATCH = 250
+#: Bytes of text kept in a document record's text field (hosted Chroma: 16 KB); the rest goes to blobs.
+_TEXT_BYTES = 16_000
+
+
+@dataclass
+class DocumentRecord:
+    """One document as the engine keeps it.
+
+    ``metadata``: public keys plus the internal ``_`` keys; ``embedding``: its
+    mean unit vector ``[dim]``; ``vectors``: the packed compact multi-vector
+    (codec.pack_vectors); ``grid``: the preview image bytes or None.
+    """
+
+    id: str
+    metadata: dict[str, Any]
+    text: str
+    embedding: np.ndarray
+    vectors: bytes
+    grid: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One commit in the change feed: ``op`` is ``put`` or ``delete``."""
+
+    key: str
+    seq: int
+    op: str
+    ids: tuple[str, ...] = field(default=())
+
+
+class StoreEngine(Protocol):
+    """What the multi-vector store needs from a database (write, delete, fetch, list, change feed)."""
+
+    identity: str
+
+    def read_manifest(self) -> dict[str, Any]:
+        """Store-wide settings ({} for a new store)."""
+        ...
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Record store-wide settings."""
+        ...
+
+    def write(self, docs: Sequence[DocumentRecord]) -> int:
+        """Insert or replace documents (payload first, then the records, then the feed); returns the sequence."""
+        ...
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete documents and their payload; returns the sequence."""
+        ...
+
+    def records(self, ids: Sequence[str] | None = None, *, include_summary: bool = True) -> dict[str, dict[str, Any]]:
+        """Metadata of documents by id (all when None)."""
+        ...
+
+    def payload(self, ids: Sequence[str], kind: str) -> dict[str, bytes]:
+        """Payload bytes of one kind (``v``, ``g``, ``t``) by document id, for those that have it."""
+        ...
+
+    def changes(self, since: int) -> list[Change]:
+        """Commits with a sequence number after ``since`` (minus a look-back), oldest first."""
+        ...
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether an exception says the database could not be reached (as opposed to a bad request)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"ConnectError", "ConnectTimeout", "ReadTimeout", "RemoteProtocolError", "ConnectionError",
+                         "NetworkError", "TransportError"})
+
+
+def _translated(method: Any) -> Any:
+    """Turn "the server is gone" into a StoreError that says what happened and that nothing committed is lost."""
+    from functools import wraps
+
+    @wraps(method)
+    def wrapper(self: ChromaEngine, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if _unreachable(exc):
+                raise StoreError(
+                    f"the Chroma server behind store {self.name!r} cannot be reached ({type(exc).__name__}: {exc}); "
+                    "what was committed is kept: re-run once the server is back"
+                ) from exc
+            raise
+
+    return wrapper
+
+
+def _now_seq() -> int:
+    return time.time_ns() // 1000
+
+
+class ChromaEngine:
+    """:class:`StoreEngine` on three Chroma collections (see the module docstring)."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.name = name
+        self.docs = self._collection(name, {"hnsw": {"space": "ip"}})
+        self.blobs = self._collection(f"{name}.blobs", None)
+        self.log = self._collection(f"{name}.log", None)
+        self.identity = str(self.docs.id)
+        #: Change-feed keys of this engine's own last commit (so its reader need not re-read them).
+        self.last_keys: list[str] = []
+
+    def _collection(self, name: str, configuration: Mapping[str, Any] | None) -> Any:
+        kwargs: dict[str, Any] = {"embedding_function": None}
+        if configuration is not None:
+            kwargs["configuration"] = dict(configuration)
+        return self.client.get_or_create_collection(name, **kwargs)
+
+    # ---------------------------------------------------------------- manifest
+    @_translated
+    def read_manifest(self) -> dict[str, Any]:
+        self.docs = self.client.get_collection(self.name, embedding_function=None)  # collection metadata is cached per handle
+        meta = dict(self.docs.metadata or {})
+        raw = meta.get("docpc_manifest")
+        if not raw:
+            return {}
+        try:
+            return json.loads(str(raw))
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"collection {self.name}: unreadable docpc manifest: {exc}") from exc
+
+    @_translated
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Merge ``manifest`` into the recorded one (another writer may have recorded keys meanwhile)."""
+        merged = {**self.read_manifest(), **dict(manifest)}
+        text = json.dumps(merged, sort_keys=True, separators=(",", ":"))
+        self.docs = self.client.get_collection(self.name, embedding_function=None)  # fresh collection metadata
+        meta = {k: v for k, v in (self.docs.metadata or {}).items() if not k.startswith("hnsw:")}
+        meta["docpc_manifest"] = text
+        self.docs.modify(metadata=meta)
+
+    # ------------------------------------------------------------------ writes
+    @_translated
+    def write(self, docs: Sequence[DocumentRecord]) -> int:
+        if not docs:
+            return 0
+        seq = _now_seq()
+        blob_ids, blob_metas = [], []
+        old = self.records([d.id for d in docs], include_summary=False)
+        for d in docs:
+            for kind, data in (("v", d.vectors), ("g", d.grid), ("t", self._overflow(d.text))):
+                n = 0
+                if data is not None:
+                    for i, chunk in enumerate(chunk_payload(data)):
+                        blob_ids.append(f"{d.id}.{kind}{i}")
+                        blob_metas.append({"doc": d.id, "kind": kind, "i": i, "seq": seq, **chunk})
+                        n += 1
+                d.metadata[f"_{kind}"] = n
+            d.metadata["_seq"] = seq
+        self._upsert(self.blobs, blob_ids, blob_metas)
+        stale = self._stale_blobs(docs, old)
+        ids = [d.id for d in docs]
+        metas = [_replacing(d.metadata, old.get(d.id)) for d in docs]
+        texts = [_clip_text(d.text) for d in docs]
+        emb = np.stack([np.asarray(d.embedding, dtype=np.float32) for d in docs])
+        for s in range(0, len(ids), _WRITE_BATCH):
+            e = s + _WRITE_BATCH
+            self.docs.upsert(ids=ids[s:e], embeddings=emb[s:e], metadatas=metas[s:e], documents=texts[s:e])
+        if stale:
+            self._delete_ids(self.blobs, stale)
+        self._append_log(seq, "put", ids)
+        return seq
+
+    @_translated
+    def delete(self, ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return 0
+        seq = _now_seq()
+        self._delete_ids(self.docs, ids)
+        for s in range(0, len(ids), 100):
+            got = self.blobs.get(where={"doc": {"$in": ids[s : s + 100]}}, include=[])
+            self._delete_ids(self.blobs, got["ids"])
+        self._append_log(seq, "delete", ids)
+        return seq
+
+    def _overflow(self, text: str) -> bytes | None:
+        data = text.encode("utf-8")
+        return data if len(data) > _TEXT_BYTES else None
+
+    def _stale_blobs(self, docs: Sequence[DocumentRecord], old: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Payload records of a replaced document that its new version no longer uses."""
+        out = []
+        for d in docs:
+            before = old.get(d.id) or {}
+            for kind in ("v", "g", "t"):
+                out.extend(f"{d.id}.{kind}{i}" for i in range(int(d.metadata[f"_{kind}"]), int(before.get(f"_{kind}", 0))))
+        return out
+
+    def _upsert(self, collection: Any, ids: list[str], metas: list[dict[str, Any]]) -> None:
+        for s in range(0, len(ids), _WRITE_BATCH):
+            e = s + _WRITE_BATCH
+            collection.upsert(ids=ids[s:e], metadatas=metas[s:e], embeddings=np.ones((len(ids[s:e]), 1), np.float32))
+
+    def _delete_ids(self, collection: Any, ids: Sequence[str]) -> None:
+        ids = list(ids)
+        for s in range(0, len(ids), _WRITE_BATCH):
+            collection.delete(ids=ids[s : s + _WRITE_BATCH])
+
+    def _append_log(self, seq: int, op: str, ids: Sequence[str]) -> None:
+        payload = "\n".join(ids).encode()
+        per_record = VALUE_CHARS * KEYS_PER_RECORD * 3 // 4 - 64
+        chunks = [payload[i : i + per_record] for i in range(0, len(payload), per_record)] or [b""]
+        keys = [f"{seq:019d}-{secrets.token_hex(4)}-{i}" for i in range(len(chunks))]
+        metas = [{"seq": seq, "op": op, **chunk_payload(c)[0]} for c in chunks]
+        self._upsert(self.log, keys, metas)
+        self.last_keys = keys
+
+    # ------------------------------------------------------------------- reads
+    @_translated
+    def count(self) -> int:
+        """Documents in the store."""
+        return int(self.docs.count())
+
+    @_translated
+    def records(self, ids: Sequence[str] | None = None, *, include_summary: bool = True) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        if ids is not None:
+            ids = list(dict.fromkeys(ids))
+            for s in range(0, len(ids), _WRITE_BATCH):
+                got = self.docs.get(ids=ids[s : s + _WRITE_BATCH], include=["metadatas"])
+                out.update(zip(got["ids"], got["metadatas"]))
+        else:
+            page, start = 2000, 0
+            while True:
+                got = self.docs.get(include=["metadatas"], limit=page, offset=start)
+                out.update(zip(got["ids"], got["metadatas"]))
+                if len(got["ids"]) < page:
+                    break
+                start += page
+        if not include_summary:
+            for meta in out.values():
+                meta.pop("_summary", None)
+        return {k: dict(v) for k, v in out.items()}
+
+    @_translated
+    def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
+        """Document ids, optionally those matching a Chroma ``where`` filter."""
+        got = self.docs.get(where=dict(where) if where else None, include=[])
+        return list(got["ids"])
+
+    @_translated
+    def texts(self, ids: Sequence[str]) -> dict[str, str]:
+        """Full text of documents (the record's text, or the overflow payload when it was longer)."""
+        got = self.docs.get(ids=list(ids), include=["documents", "metadatas"])
+        out = {i: (d or "") for i, d in zip(got["ids"], got["documents"] or [])}
+        long = [i for i, m in zip(got["ids"], got["metadatas"]) if int((m or {}).get("_t", 0))]
+        for doc_id, data in self.payload(long, "t").items():
+            out[doc_id] = data.decode("utf-8")
+        return out
+
+    @_translated
+    def payload(self, ids: Sequence[str], kind: str) -> dict[str, bytes]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        parts: dict[str, dict[int, dict[str, Any]]] = {}
+        for s in range(0, len(ids), 100):
+            got = self.blobs.get(where={"$and": [{"doc": {"$in": ids[s : s + 100]}}, {"kind": kind}]}, include=["metadatas"])
+            for meta in got["metadatas"]:
+                parts.setdefault(str(meta["doc"]), {})[int(meta["i"])] = meta
+        return {doc: join_payload([chunks[i] for i in sorted(chunks)]) for doc, chunks in parts.items()}
+
+    @_translated
+    def changes(self, since: int) -> list[Change]:
+        got = self.log.get(where={"seq": {"$gt": int(since) - _LOOKBACK_US}}, include=["metadatas"])
+        out = []
+        for key, meta in zip(got["ids"], got["metadatas"]):
+            text = join_payload([meta]).decode()
+            out.append(Change(key, int(meta["seq"]), str(meta["op"]), tuple(i for i in text.split("\n") if i)))
+        out.sort(key=lambda c: (c.seq, c.key))
+        return out
+
+def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Chroma merges metadata on upsert; a None for every dropped key makes it a replacement."""
+    out = dict(new)
+    for key in old or {}:
+        out.setdefault(key, None)
+    return out
+
+
+def _clip_text(text: str) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= _TEXT_BYTES:
+        return text
+    return data[:_TEXT_BYTES].decode("utf-8", errors="ignore")
+
+
+def chroma_client(path: os.PathLike[str] | str | None, host: str | None, port: int, ssl: bool = False,
+                  headers: Mapping[str, str] | None = None) -> Any:
+    """An HTTP client for ``host``, else a persistent client for ``path`` (a fresh one when the folder was replaced)."""
+    import chromadb
+    from chromadb.config import Settings
+
+    settings = Settings(anonymized_telemetry=False)
+    if host is not None:
+        try:
+            return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
+        except Exception as exc:
+            if _unreachable(exc) or "Could not connect" in str(exc):
+                raise StoreError(f"the Chroma server at {host}:{port} cannot be reached ({exc})") from exc
+            raise
+    assert path is not None
+    _forget_stale_client(str(path))
+    client = chromadb.PersistentClient(path=str(path), settings=settings)
+    _OPENED[str(path)] = _marker(str(path))
+    return client
+
+
+_OPENED: dict[str, tuple[int, int]] = {}
+
+
+def _forget_stale_client(path: str) -> None:
+    """Chroma keeps one client per path for the life of the process; drop it when the folder was deleted or replaced.
+
+    Why: build a store, delete its folder, build again at the same path in the
+    same process, and Chroma would otherwise serve the old records.
+    """
+    from chromadb.api.client import SharedSystemClient
+
+    if _OPENED.get(path) not in (None, _marker(path)):
+        systems = getattr(SharedSystemClient, "_identifier_to_system", {})
+        system = systems.pop(path, None)
+        if system is not None:
+            try:
+                system.stop()
+            except Exception:  # pragma: no cover - best effort on a client whose files are gone
+                logger.debug("stopping a stale Chroma client failed", exc_info=True)
+
+
+def _marker(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(os.path.join(path, "chroma.sqlite3"))
+    except OSError:
+        return (-1, -1)
+    return (st.st_ino, st.st_dev)
+

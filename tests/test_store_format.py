@@ -1,0 +1,183 @@
+"""Format 2: everything in Chroma, compact vectors, a cache that can vanish, old stores migrated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from docpc_retrievers.errors import DocumentNotFoundError, StoreError
+from docpc_retrievers.store.codec import chunk_payload, dequantize, join_payload, pack_vectors, quantize, unpack_vectors
+from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.pooling import pool_vectors
+
+DIM = 32
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chroma_systems() -> Iterator[None]:
+    yield
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _docs(n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [_unit(rng.standard_normal((int(rng.integers(10, 40)), DIM))) for _ in range(n)]
+
+
+def _ids(n: int) -> list[str]:
+    return [f"{i:032x}" for i in range(n)]
+
+
+def test_codec_round_trips_and_chunks_fit_hosted_quotas() -> None:
+    x = _unit(np.random.default_rng(1).standard_normal((300, 128)))
+    q, scale = quantize(x)
+    assert q.dtype == np.int8 and scale.dtype == np.float16
+    assert np.abs(dequantize(q, scale) - x).max() <= float(scale.max()) * 0.51 + 1e-4
+    anchors = np.arange(300, dtype=np.uint16)
+    data = pack_vectors(x, anchors)
+    assert len(data) == 300 * (128 + 2) + 300 * 2
+    q2, s2, a2 = unpack_vectors(data, 128, 300)
+    assert np.array_equal(q2, q) and np.array_equal(s2, scale) and np.array_equal(a2, anchors)
+    records = chunk_payload(data)
+    for meta in records:
+        assert len(meta) <= 24 and all(len(v) <= 4000 for v in meta.values())  # 32 keys, 4 KB per value
+    assert join_payload(records) == data
+
+
+def test_pooling_keeps_unit_rows_and_anchors_to_members() -> None:
+    x = _unit(np.random.default_rng(2).standard_normal((60, DIM)))
+    pooled, anchors = pool_vectors(x, 3)
+    assert anchors is not None and len(pooled) == len(anchors) <= 20
+    np.testing.assert_allclose(np.linalg.norm(pooled, axis=1), 1.0, atol=1e-5)
+    assert set(anchors.tolist()) <= set(range(60))
+    same, none = pool_vectors(x, 1)
+    assert none is None and np.array_equal(same, x)
+
+
+def test_everything_a_search_needs_is_in_chroma(tmp_path: Path) -> None:
+    """Delete the local cache (even mid-session): search, vectors and grids come back from Chroma."""
+    docs, ids = _docs(12), _ids(12)
+    grid = b"RIFF....WEBPfake-grid-bytes"
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids, docs, [{"title": f"t{i}"} for i in range(12)], texts=["x" * 40_000] + [""] * 11,
+                  grids=[grid] * 12)
+        q = docs[4][:5]
+        before = [(h.id, h.score) for h in store.search(q, top_k=3)]
+    shutil.rmtree(tmp_path / "s" / "cache")
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert [(h.id, h.score) for h in store.search(q, top_k=3)] == before
+        shutil.rmtree(tmp_path / "s" / "cache", ignore_errors=True)  # while open: still answers
+        np.testing.assert_allclose(store.vectors(ids[4]), docs[4], atol=0.01)
+        assert store.grid(ids[4]) == grid
+        assert store.texts([ids[0]])[ids[0]] == "x" * 40_000  # longer than a record's 16 KB text field
+        doc_record = store.engine.docs.get(ids=[ids[0]], include=["documents"])["documents"][0]
+        assert len(doc_record.encode()) <= 16_000
+
+
+def test_a_new_store_at_a_deleted_path_starts_empty_in_the_same_process(tmp_path: Path) -> None:
+    """Build, close, delete the folder, build again at the same path: the new store holds only the new data."""
+    path = tmp_path / "s"
+    with MultiVectorStore(path, writable=True) as store:
+        store.add(_ids(5), _docs(5), [{"n": i} for i in range(5)])
+    shutil.rmtree(path)
+    with MultiVectorStore(path, writable=True) as store:
+        assert store.count() == 0
+        store.add(_ids(2), _docs(2, seed=9), [{"n": i} for i in range(2)])
+        assert store.count() == 2
+
+
+def test_grid_ids_never_leave_the_store(tmp_path: Path) -> None:
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(_ids(1), _docs(1), [{}], grids=[b"grid"])
+        for bad in ("../../x", "/etc/passwd", "0" * 31 + "/"):
+            with pytest.raises(DocumentNotFoundError):
+                store.grid(bad)
+        with pytest.raises(DocumentNotFoundError):
+            store.grid("f" * 32)
+
+
+# --------------------------------------------------------------------------- format 1 (0.1) stores
+
+
+def _write_format_1_store(path: Path, docs: list[np.ndarray], ids: list[str]) -> None:
+    """A store as docpc-retrievers 0.1 wrote it: records in Chroma, fp16 vectors and PNG grids in local files."""
+    import chromadb
+    from chromadb.config import Settings
+
+    (path / "vectors").mkdir(parents=True)
+    (path / "grids").mkdir()
+    rows = np.concatenate(docs).astype("<f2")
+    (path / "vectors" / "seg-1.f16").write_bytes(rows.tobytes())
+    client = chromadb.PersistentClient(path=str(path / "chroma"), settings=Settings(anonymized_telemetry=False))
+    col = client.get_or_create_collection("docpc", embedding_function=None, configuration={"hnsw": {"space": "ip"}})
+    offset, metas = 0, []
+    for doc_id, d in zip(ids, docs):
+        metas.append({"title": f"old {doc_id[-2:]}", "_seg": "seg-1.f16", "_off": offset, "_n": len(d), "_nc": 0})
+        offset += len(d)
+        Image.new("RGB", (40, 52), (200, 10, 10)).save(path / "grids" / f"{doc_id}.png")
+    col.add(ids=ids, embeddings=np.stack([_unit(d.mean(0)) for d in docs]), metadatas=metas,
+            documents=[f"text {i}" for i in range(len(ids))])
+    index = {"mode": "grid", "strategy": "first", "pages": 4, "seed": 0, "grid": [2, 2], "cell_size": [512, 662],
+             "page_size": [1024, 1324]}
+    manifest = {"format": 1, "collection": "docpc", "dim": DIM, "generation": 3,
+                "settings": {"encoder": {"model_id": "m"}, "index": index}}
+    (path / "store.json").write_text(json.dumps(manifest))
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
+def test_old_store_is_refused_with_the_command_that_converts_it(tmp_path: Path) -> None:
+    _write_format_1_store(tmp_path / "old", _docs(3), _ids(3))
+    with pytest.raises(StoreError, match="docpc migrate"):
+        MultiVectorStore(tmp_path / "old")
+
+
+def test_migrate_converts_in_place_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from docpc_retrievers.store import migrate
+
+    docs, ids = _docs(7, seed=4), _ids(7)
+    path = tmp_path / "old"
+    _write_format_1_store(path, docs, ids)
+    calls = {"n": 0}
+    original = migrate._write
+
+    def interrupted(engine: object, records: list) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # killed after the first batch
+        original(engine, records)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(migrate, "_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        migrate.migrate_store(path, batch_size=3)
+    monkeypatch.undo()
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+    report = migrate.migrate_store(path, batch_size=3)
+    assert (report.converted, report.already) == (4, 3)
+    assert not (path / "vectors").exists() and not (path / "grids").exists()
+    with pytest.raises(StoreError, match="already"):
+        migrate.migrate_store(path)
+    SharedSystemClient.clear_system_cache()
+    with MultiVectorStore(path) as store:
+        assert store.count() == 7
+        assert store.settings["index"]["pool_factor"] == 1
+        for doc_id, d in zip(ids, docs):
+            np.testing.assert_allclose(store.vectors(doc_id), d, atol=0.01)
+            assert store.grid(doc_id)[8:12] == b"WEBP"
+        assert store.get([ids[2]])[0].metadata == {"title": f"old {ids[2][-2:]}"}
+        assert store.search(docs[5][:4], top_k=1)[0].id == ids[5]
