@@ -1,30 +1,59 @@
-"""Store benchmark: insert rate, two-stage search latency and recall, bytes on disk.
+"""Store benchmark: what compaction costs in ranking quality, and what the Chroma-backed store does at scale.
 
-Synthetic ColQwen-like embeddings: 760 unit vectors x 128 dims per document,
+Synthetic ColQwen-like embeddings: unit vectors x 128 dims per document,
 drawn around a few hundred shared topic centroids (each document mixes a few
-topics); queries are 20-30 noisy copies of a target document's vectors.
-Prints every figure beside its target. Run:
+topics). Two query sets: the usual (20-30 noisy copies of a target
+document's vectors) and a harder one (8-12 tokens, twice the noise). Prints
+every figure beside its target, and writes them as JSON with ``--json``.
 
-    .venv/bin/python benchmarks/store_bench.py            # full: 2,000 insert, 10,000 search
-    .venv/bin/python benchmarks/store_bench.py --docs 2000 --insert-docs 500 --queries 10   # quick
+Part 1, compaction (in memory, exact MaxSim everywhere), ``--quality-docs``
+documents of 760 vectors:
+* number format alone: top-10 overlap of int8 (one fp16 scale per vector)
+  against float32, same vectors;
+* pooling (colpali-engine's HierarchicalTokenPooler, factors 2 and 3) then
+  int8: NDCG@10 with the drawn document as the relevant one, as a fraction of
+  exact unpooled float32 NDCG@10, and top-10 overlap with exact unpooled MaxSim;
+* bytes per document a search reads (vectors + first-stage summary).
+
+Part 2, scale (``--docs`` documents of ``--vectors`` vectors; 380 is what pool
+factor 2 leaves of 760, generated directly because pooling costs ~60 ms per
+document and is done by the indexing pipeline, not the store): insert rate
+over ``--insert-docs`` documents, then, in a separate reader process (its peak
+memory is measured), cold open from the local cache and from Chroma alone,
+search p50/p90 (query encoding excluded), recall@10 against exhaustive MaxSim
+over the same stored vectors, bytes per document by part. ``--server`` runs
+the same against a ``chroma run`` server on loopback.
+
+    .venv/bin/python benchmarks/store_bench.py                         # 10,000 documents, embedded
+    .venv/bin/python benchmarks/store_bench.py --server                # the same through chroma run
+    .venv/bin/python benchmarks/store_bench.py --docs 100000 --insert-docs 5000 --queries 8
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
+import os
+import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.scoring.maxsim import maxsim
+from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.pooling import pool_vectors
 
 DIM = 128
-VECTORS_PER_DOC = 760
 
 
 class SyntheticCorpus:
@@ -39,93 +68,231 @@ class SyntheticCorpus:
     def _unit(self, x: np.ndarray) -> np.ndarray:
         return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
-    def document(self) -> np.ndarray:
+    def document(self, n_vectors: int = 760) -> np.ndarray:
         topics = self.rng.choice(len(self.centroids), size=int(self.rng.integers(2, 7)), replace=False)
         weights = self.rng.dirichlet(np.ones(len(topics)))
-        picks = self.rng.choice(topics, size=VECTORS_PER_DOC, p=weights)
-        n = self.rng.standard_normal((VECTORS_PER_DOC, DIM)).astype(np.float32)
+        picks = self.rng.choice(topics, size=n_vectors, p=weights)
+        n = self.rng.standard_normal((n_vectors, DIM)).astype(np.float32)
         return self._unit(self.centroids[picks] + self.noise * self._unit(n))
 
-    def query(self, target: np.ndarray) -> np.ndarray:
-        t = int(self.rng.integers(20, 31))
+    def query(self, target: np.ndarray, hard: bool = False) -> np.ndarray:
+        t = int(self.rng.integers(8, 13)) if hard else int(self.rng.integers(20, 31))
         rows = target[self.rng.choice(len(target), size=t, replace=False)]
         n = self.rng.standard_normal((t, DIM)).astype(np.float32)
-        return self._unit(rows + 0.5 * self._unit(n))
+        return self._unit(rows + (1.0 if hard else 0.5) * self._unit(n))
+
+
+def _ndcg_at_10(ranking: list[int], relevant: int) -> float:
+    return next((1.0 / math.log2(r + 2) for r, d in enumerate(ranking[:10]) if d == relevant), 0.0)
+
+
+def _top10(query: np.ndarray, docs: list[np.ndarray]) -> list[int]:
+    scores = maxsim([query], docs)[0]
+    return sorted(range(len(docs)), key=lambda i: (-scores[i], i))[:10]
+
+
+def compaction(args: argparse.Namespace) -> dict[str, Any]:
+    """Part 1: the cost of int8 and of pooling, measured with exact MaxSim."""
+    corpus = SyntheticCorpus(seed=args.seed + 1)
+    docs = [corpus.document(760) for _ in range(args.quality_docs)]
+    int8 = [dequantize(*quantize(d)) for d in docs]
+    targets = list(range(0, len(docs), max(1, len(docs) // args.quality_queries)))[: args.quality_queries]
+    sets = {name: [(t, corpus.query(docs[t], hard=name == "hard")) for t in targets] for name in ("usual", "hard")}
+    out: dict[str, Any] = {"documents": len(docs), "queries_per_set": len(targets)}
+    exact = {name: [_top10(q, docs) for _, q in qs] for name, qs in sets.items()}
+    out["int8_top10_overlap"] = {
+        name: statistics.mean(len(set(_top10(q, int8)) & set(e)) / 10 for (_, q), e in zip(qs, exact[name]))
+        for name, qs in sets.items()
+    }
+    out["bytes_per_doc"] = {"pool_1": 760 * (DIM + 2) + 16 * (DIM + 2)}
+    for factor in (2, 3):
+        t0 = time.perf_counter()
+        pooled = [pool_vectors(d, factor)[0] for d in docs]
+        pool_ms = (time.perf_counter() - t0) / len(docs) * 1000
+        stored = [dequantize(*quantize(p)) for p in pooled]
+        n_vec = statistics.mean(len(p) for p in pooled)
+        row: dict[str, Any] = {"vectors_per_doc": n_vec, "pool_ms_per_doc": pool_ms}
+        for name, qs in sets.items():
+            ranks = [_top10(q, stored) for _, q in qs]
+            base = statistics.mean(_ndcg_at_10(e, t) for (t, _), e in zip(qs, exact[name]))
+            got = statistics.mean(_ndcg_at_10(r, t) for (t, _), r in zip(qs, ranks))
+            row[name] = {
+                "ndcg10_unpooled": base,
+                "ndcg10_pooled_int8": got,
+                "ndcg_kept": got / base if base else float("nan"),
+                "top10_overlap_vs_unpooled": statistics.mean(len(set(r) & set(e)) / 10 for r, e in zip(ranks, exact[name])),
+            }
+        out[f"pool_{factor}"] = row
+        out["bytes_per_doc"][f"pool_{factor}"] = round(n_vec * (DIM + 2) + 16 * (DIM + 2))
+    return out
+
+
+def _open(path: Path, server: tuple[str, int] | None, **kw: Any) -> MultiVectorStore:
+    if server is None:
+        return MultiVectorStore(path, **kw)
+    return MultiVectorStore(path, host=server[0], port=server[1], collection="bench", **kw)
+
+
+def fill(args: argparse.Namespace, path: Path, server: tuple[str, int] | None) -> dict[str, Any]:
+    """Part 2a: insert ``--docs`` documents; time the first ``--insert-docs``; keep query targets."""
+    corpus = SyntheticCorpus(seed=args.seed)
+    store = _open(path, server, writable=True)
+    store.set_settings({"encoder": {"model_id": "synthetic"}, "index": {"pool_factor": 2}})
+    targets: dict[str, np.ndarray] = {}
+    insert_s, done = 0.0, 0
+    every = max(1, args.docs // max(args.queries, 1))
+    while done < args.docs:
+        n = min(args.batch, args.docs - done)
+        ids = [f"{done + i:032x}" for i in range(n)]
+        vecs = [corpus.document(args.vectors) for _ in range(n)]
+        metas = [{"source": f"/data/{i}.pdf", "title": i[-6:], "total_pages": 10} for i in ids]
+        t0 = time.perf_counter()
+        store.add(ids, vecs, metas)
+        dt = time.perf_counter() - t0
+        if done < args.insert_docs:
+            insert_s += dt
+        for k, (i, v) in enumerate(zip(ids, vecs)):
+            if (done + k) % every == every // 2 and len(targets) < args.queries:
+                targets[i] = v
+        done += n
+        if done % 10_000 < args.batch:
+            logging.getLogger("bench").warning("%d documents stored", done)
+    store.close()
+    queries = {"usual": [corpus.query(t) for t in targets.values()], "hard": [corpus.query(t, hard=True) for t in targets.values()]}
+    for name, qs in queries.items():
+        np.save(path.parent / f"queries-{name}.npy", np.array(qs, dtype=object), allow_pickle=True)
+    return {"insert_docs_per_s": min(args.insert_docs, args.docs) / insert_s}
+
+
+def reader(args: argparse.Namespace) -> None:
+    """Part 2b, in its own process: cold opens, searches, recall, peak memory; prints one JSON line."""
+    path = Path(args.reader)
+    server = (args.host, args.port) if args.host else None
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    store = _open(path, server)
+    store.count()
+    out["cold_open_cached_s"] = time.perf_counter() - t0
+    store.close()
+    shutil.rmtree(path / "cache", ignore_errors=True)
+    t0 = time.perf_counter()
+    store = _open(path, server)
+    store.count()
+    out["cold_open_from_chroma_s"] = time.perf_counter() - t0
+    for name in ("usual", "hard"):
+        qs = list(np.load(path.parent / f"queries-{name}.npy", allow_pickle=True))
+        store.search(qs[0], 10)  # first query: fetches candidates' vectors from Chroma into the cache
+        lat, rec = [], []
+        for q in qs:
+            t0 = time.perf_counter()
+            hits = store.search(q, 10)
+            lat.append(time.perf_counter() - t0)
+            exact = store.search(q, 10, exhaustive=True)
+            rec.append(len({h.id for h in hits} & {h.id for h in exact}) / max(len(exact), 1))
+        out[name] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000,
+                     "recall10": statistics.mean(rec)}
+    docs = store.count()
+    parts = store.bytes_by_part()
+    out["bytes_per_doc"] = {k: v / docs for k, v in parts.items()}
+    out["bytes_per_doc"]["on_disk_store_dir"] = store.bytes_on_disk() / docs
+    out["bytes_per_doc"]["local_cache"] = store.cache.bytes() / docs
+    store.close()
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def scale(args: argparse.Namespace, server: tuple[str, int] | None) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="docpc-store-bench-", dir=args.workdir))
+    try:
+        result = fill(args, tmp / "store", server)
+        cmd = [sys.executable, __file__, "--reader", str(tmp / "store")]
+        if server:
+            cmd += ["--host", server[0], "--port", str(server[1])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        result.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        return result
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _line(label: str, value: float, unit: str, target: str, ok: bool | None) -> str:
+    verdict = "" if ok is None else ("OK" if ok else "MISS")
+    return f"{label:<34}{value:>12.3f} {unit:<8}{target:<22}{verdict}"
+
+
+def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs: int) -> None:
+    if quality:
+        print(f"compaction ({quality['documents']} docs x 760 vectors, {quality['queries_per_set']} queries per set, exact MaxSim)")
+        for name, v in quality["int8_top10_overlap"].items():
+            print(_line(f"  int8 vs fp32 top-10 overlap ({name})", v, "", "(target >= 0.99)", v >= 0.99))
+        for factor in (2, 3):
+            row = quality[f"pool_{factor}"]
+            print(f"  pool factor {factor}: {row['vectors_per_doc']:.0f} vectors/doc, pooling {row['pool_ms_per_doc']:.0f} ms/doc")
+            for name in ("usual", "hard"):
+                r = row[name]
+                print(_line(f"    NDCG@10 kept ({name})", r["ndcg_kept"], "", "(target >= 0.99)", r["ndcg_kept"] >= 0.99)
+                      + f"  unpooled {r['ndcg10_unpooled']:.4f}, pooled {r['ndcg10_pooled_int8']:.4f}, top-10 overlap {r['top10_overlap_vs_unpooled']:.2f}")
+        for key, v in quality["bytes_per_doc"].items():
+            limit = 100 * 1024 if key == "pool_1" else 60 * 1024
+            print(_line(f"  bytes a search reads, {key}", v / 1024, "KiB", f"(target <= {limit // 1024} KiB)", v <= limit if key != "pool_3" else None))
+    for where, r in runs.items():
+        p50_target, p90_target = (100, None) if docs <= 10_000 else (150, 300)
+        print(f"scale ({where}): {docs} documents")
+        print(_line("  insert", r["insert_docs_per_s"], "docs/s", "(target >= 50)", r["insert_docs_per_s"] >= 50))
+        print(_line("  cold open (local cache)", r["cold_open_cached_s"], "s", "(target <= 5)", r["cold_open_cached_s"] <= 5))
+        print(_line("  cold open (Chroma alone)", r["cold_open_from_chroma_s"], "s", "", None))
+        for name in ("usual", "hard"):
+            s = r[name]
+            print(_line(f"  search p50 ({name})", s["p50_ms"], "ms", f"(target <= {p50_target})", s["p50_ms"] <= p50_target))
+            print(_line(f"  search p90 ({name})", s["p90_ms"], "ms", f"(target <= {p90_target})" if p90_target else "",
+                        s["p90_ms"] <= p90_target if p90_target else None))
+            print(_line(f"  recall@10 vs exhaustive ({name})", s["recall10"], "", "(target >= 0.99)", s["recall10"] >= 0.99))
+        for key, v in r["bytes_per_doc"].items():
+            print(_line(f"  bytes/doc {key}", v / 1024, "KiB", "", None))
+        print(_line("  reader peak memory", r["peak_rss_mb"], "MiB", "", None))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=10_000, help="documents in the search benchmark")
+    ap.add_argument("--docs", type=int, default=10_000, help="documents in the scale run")
     ap.add_argument("--insert-docs", type=int, default=2_000, help="documents timed for the insert rate")
+    ap.add_argument("--vectors", type=int, default=380, help="vectors per document in the scale run")
     ap.add_argument("--batch", type=int, default=64, help="documents per add() call (one commit)")
     ap.add_argument("--queries", type=int, default=30)
-    ap.add_argument("--top-k", type=int, default=10)
-    ap.add_argument("--candidates", type=int, default=None, help="override the store's n_candidates")
-    ap.add_argument("--centroids", type=int, default=16)
+    ap.add_argument("--quality-docs", type=int, default=1500)
+    ap.add_argument("--quality-queries", type=int, default=30)
+    ap.add_argument("--skip-quality", action="store_true")
+    ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--server", action="store_true", help="also run the scale part against chroma run on loopback")
+    ap.add_argument("--embedded", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--workdir", default=None, help="where the temporary stores go")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reader", help=argparse.SUPPRESS)
+    ap.add_argument("--host", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    if args.reader:
+        reader(args)
+        return
+    quality = None if args.skip_quality else compaction(args)
+    runs: dict[str, dict[str, Any]] = {}
+    if not args.skip_scale:
+        if args.embedded:
+            runs["embedded"] = scale(args, None)
+        if args.server:
+            from docpc_retrievers.testing.chroma_server import chroma_server
 
-    corpus = SyntheticCorpus(seed=args.seed)
-    tmp = Path(tempfile.mkdtemp(prefix="docpc-store-bench-"))
-    try:
-        store = MultiVectorStore(tmp / "store", writable=True, n_centroids=args.centroids)
-        if args.candidates:
-            store.n_candidates = args.candidates
-        targets: dict[str, np.ndarray] = {}
-        insert_seconds = 0.0
-        n_done = 0
-        while n_done < args.docs:
-            n = min(args.batch, args.docs - n_done)
-            ids = [f"doc-{n_done + i:06d}" for i in range(n)]
-            vecs = [corpus.document() for _ in range(n)]
-            metas = [{"source": f"/data/{i}.pdf", "title": i, "total_pages": 10, "selected_pages": [0, 1, 2, 3]} for i in ids]
-            t0 = time.perf_counter()
-            store.add(ids, vecs, metas)
-            dt = time.perf_counter() - t0
-            if n_done < args.insert_docs:
-                insert_seconds += dt
-            for i, v in zip(ids, vecs):
-                if len(targets) < args.queries and corpus.rng.random() < 0.05:
-                    targets[i] = v
-            n_done += n
-        insert_rate = min(args.insert_docs, args.docs) / insert_seconds
-        bytes_total = store.bytes_on_disk()
-        store.close()
-
-        # Reopen read-only, as a search process would.
-        t0 = time.perf_counter()
-        reader = MultiVectorStore(tmp / "store", n_centroids=args.centroids)
-        if args.candidates:
-            reader.n_candidates = args.candidates
-        reader.count()
-        open_seconds = time.perf_counter() - t0
-        latencies, recalls, exhaustive_latencies = [], [], []
-        for target_id, target in targets.items():
-            q = corpus.query(target)
-            t0 = time.perf_counter()
-            hits = reader.search(q, args.top_k)
-            latencies.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            exact = reader.search(q, args.top_k, exhaustive=True)
-            exhaustive_latencies.append(time.perf_counter() - t0)
-            recalls.append(len({h.id for h in hits} & {h.id for h in exact}) / max(len(exact), 1))
-        raw_fp32 = VECTORS_PER_DOC * DIM * 4
-        per_doc = bytes_total / args.docs
-        p50 = statistics.median(latencies) * 1000
-        print(f"store benchmark: {args.docs} documents x {VECTORS_PER_DOC} vectors x {DIM} dims, "
-              f"{len(targets)} queries, top-{args.top_k}; first stage: {args.centroids} centroids/doc -> "
-              f"{reader.n_candidates} candidates screened in fp16 -> top-{args.top_k}+{reader.rescore_margin} scored exactly")
-        print(f"insert rate          {insert_rate:8.1f} docs/s over {min(args.insert_docs, args.docs)} docs   (target >= 50)   {'OK' if insert_rate >= 50 else 'MISS'}")
-        print(f"search p50           {p50:8.1f} ms  (p90 {np.percentile(latencies, 90) * 1000:.1f} ms)   (target <= 100)   {'OK' if p50 <= 100 else 'MISS'}")
-        print(f"recall@{args.top_k} vs exhaustive {statistics.mean(recalls):8.4f}   (target >= 0.99)   {'OK' if statistics.mean(recalls) >= 0.99 else 'MISS'}")
-        print(f"exhaustive p50       {statistics.median(exhaustive_latencies) * 1000:8.1f} ms  (speed-up {statistics.median(exhaustive_latencies) / statistics.median(latencies):.1f}x)")
-        print(f"bytes on disk / doc  {per_doc:10.0f}  vs fp32 raw {raw_fp32}  ({per_doc / raw_fp32:.2f}x)")
-        print(f"reopen + load        {open_seconds:8.2f} s")
-        reader.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            with chroma_server(Path(tempfile.mkdtemp(prefix="docpc-bench-server-", dir=args.workdir))) as srv:
+                runs["chroma run"] = scale(args, (srv.host, srv.port))
+    report(quality, runs, args.docs)
+    if args.json:
+        args.json.write_text(json.dumps({"compaction": quality, "scale": runs, "docs": args.docs}, indent=2))
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     main()

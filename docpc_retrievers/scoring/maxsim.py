@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["maxsim", "maxsim_half", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors"]
+__all__ = ["maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors"]
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -183,3 +183,28 @@ def maxsim_half(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarra
     else:
         best = torch.segment_reduce(flat @ q.T, "max", lengths=torch.tensor(lengths), axis=0)
     return best.float().sum(dim=1).numpy()
+
+
+def maxsim_int8(query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+    """Exact MaxSim of one query ``[T, dim]`` against int8 documents stored with one scale per row.
+
+    ``rows`` is int8 ``[N, dim]`` (documents' rows one after another), ``scales``
+    float ``[N]`` and ``lengths`` how many rows each document has. Each row's
+    dot products are its int8 products times its scale, so nothing is
+    dequantised in memory; the product runs in float32 with torch.
+    Returns ``[len(lengths)]`` float32.
+    """
+    import torch
+
+    if not lengths:
+        return np.zeros(0, dtype=np.float32)
+    if min(lengths) < 1 or sum(lengths) != rows.shape[0]:
+        raise ValueError("lengths must be >= 1 and add up to the number of rows")
+    q = torch.from_numpy(_as_matrix(query, "query"))
+    d = torch.from_numpy(np.ascontiguousarray(rows)).float()
+    sims = (d @ q.T) * torch.from_numpy(np.asarray(scales, dtype=np.float32))[:, None]  # [N, T]
+    if len(set(lengths)) == 1:
+        best = sims.view(len(lengths), lengths[0], q.shape[0]).amax(dim=1)
+    else:
+        best = torch.segment_reduce(sims, "max", lengths=torch.tensor(list(lengths)), axis=0)
+    return best.sum(dim=1).numpy()

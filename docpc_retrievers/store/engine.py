@@ -15,9 +15,10 @@ Chroma layout for a store named ``C``:
   vectors, ``g`` grid preview, ``t`` text beyond what one document field may
   hold), base64 split over metadata values of at most 4,000 characters
   (payload in the document field would be full-text indexed: 7x the bytes).
-* ``C.log``: the change feed, one record per commit (``put`` or ``delete``
-  with the ids), ordered by a microsecond sequence number; readers apply what
-  they have not seen on their next search.
+* ``C.log``: the change feed, one record per commit (per 400 ids): key
+  ``<sequence>-<put|delete>-<random>-<i>``, the ids as its text; the
+  microsecond sequence orders commits. Readers list the keys after their
+  position on every search (one cheap query) and fetch only those unseen.
 * Store-wide settings (format, dim, encoder and index settings) in ``C``'s
   collection metadata.
 
@@ -39,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from docpc_retrievers.errors import StoreError
-from docpc_retrievers.store.codec import KEYS_PER_RECORD, VALUE_CHARS, chunk_payload, join_payload
+from docpc_retrievers.store.codec import chunk_payload, join_payload
 
 __all__ = ["Change", "ChromaEngine", "DocumentRecord", "StoreEngine", "STORE_FORMAT"]
 
@@ -112,8 +113,12 @@ class StoreEngine(Protocol):
         """Payload bytes of one kind (``v``, ``g``, ``t``) by document id, for those that have it."""
         ...
 
-    def changes(self, since: int) -> list[Change]:
-        """Commits with a sequence number after ``since`` (minus a look-back), oldest first."""
+    def changes(self, since: int, *, skip: set[str] | frozenset[str] = frozenset()) -> list[Change]:
+        """Commits with a sequence number after ``since`` (minus a look-back), oldest first, except ``skip``."""
+        ...
+
+    def position(self) -> tuple[int, set[str]]:
+        """The newest sequence number and the keys a reader starting now has already covered."""
         ...
 
 
@@ -154,16 +159,32 @@ class ChromaEngine:
         self.client = client
         self.name = name
         self.docs = self._collection(name, {"hnsw": {"space": "ip"}})
-        self.blobs = self._collection(f"{name}.blobs", None)
-        self.log = self._collection(f"{name}.log", None)
+        self.blobs = self._collection(f"{name}.blobs", None, indexed=("doc", "kind"))
+        self.log = self._collection(f"{name}.log", None, indexed=("op",))
         self.identity = str(self.docs.id)
         #: Change-feed keys of this engine's own last commit (so its reader need not re-read them).
         self.last_keys: list[str] = []
 
-    def _collection(self, name: str, configuration: Mapping[str, Any] | None) -> Any:
+    def _collection(self, name: str, configuration: Mapping[str, Any] | None, indexed: Sequence[str] = ()) -> Any:
+        """Get or create a collection; payload collections index only the string keys searches filter on.
+
+        Why: a payload value needs no inverted index. Chroma's distributed deployment honours the
+        schema; local Chroma (1.5) accepts it and indexes every string anyway (measured).
+        """
         kwargs: dict[str, Any] = {"embedding_function": None}
         if configuration is not None:
             kwargs["configuration"] = dict(configuration)
+        if indexed:
+            try:
+                from chromadb import Schema, StringInvertedIndexConfig
+
+                schema = Schema()
+                schema.delete_index(config=StringInvertedIndexConfig())
+                for key in indexed:
+                    schema.create_index(config=StringInvertedIndexConfig(), key=key)
+                return self.client.get_or_create_collection(name, schema=schema, **kwargs)
+            except (ImportError, TypeError, ValueError) as exc:
+                logger.debug("collection %s without a schema: %s", name, exc)
         return self.client.get_or_create_collection(name, **kwargs)
 
     # ---------------------------------------------------------------- manifest
@@ -222,6 +243,14 @@ class ChromaEngine:
         return seq
 
     @_translated
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> int:
+        """Replace documents' metadata in place (a ``put`` in the feed, so readers refetch it)."""
+        seq = _now_seq()
+        self.docs.update(ids=list(ids), metadatas=[{**m, "_seq": seq} for m in metadatas])
+        self._append_log(seq, "put", ids)
+        return seq
+
+    @_translated
     def delete(self, ids: Sequence[str]) -> int:
         ids = list(dict.fromkeys(ids))
         if not ids:
@@ -258,12 +287,19 @@ class ChromaEngine:
             collection.delete(ids=ids[s : s + _WRITE_BATCH])
 
     def _append_log(self, seq: int, op: str, ids: Sequence[str]) -> None:
-        payload = "\n".join(ids).encode()
-        per_record = VALUE_CHARS * KEYS_PER_RECORD * 3 // 4 - 64
-        chunks = [payload[i : i + per_record] for i in range(0, len(payload), per_record)] or [b""]
-        keys = [f"{seq:019d}-{secrets.token_hex(4)}-{i}" for i in range(len(chunks))]
-        metas = [{"seq": seq, "op": op, **chunk_payload(c)[0]} for c in chunks]
-        self._upsert(self.log, keys, metas)
+        """One feed record per 400 ids: key ``<seq>-<op>-<random>-<i>``, the ids as its text."""
+        ids = list(ids)
+        chunks = [ids[i : i + 400] for i in range(0, len(ids), 400)] or [[]]
+        token = secrets.token_hex(4)
+        keys = [f"{seq:019d}-{op}-{token}-{i}" for i in range(len(chunks))]
+        for s in range(0, len(keys), _WRITE_BATCH):
+            e = s + _WRITE_BATCH
+            self.log.upsert(
+                ids=keys[s:e],
+                metadatas=[{"seq": seq, "op": op} for _ in keys[s:e]],
+                documents=["\n".join(c) for c in chunks[s:e]],
+                embeddings=np.ones((len(keys[s:e]), 1), np.float32),
+            )
         self.last_keys = keys
 
     # ------------------------------------------------------------------- reads
@@ -322,14 +358,30 @@ class ChromaEngine:
         return {doc: join_payload([chunks[i] for i in sorted(chunks)]) for doc, chunks in parts.items()}
 
     @_translated
-    def changes(self, since: int) -> list[Change]:
-        got = self.log.get(where={"seq": {"$gt": int(since) - _LOOKBACK_US}}, include=["metadatas"])
+    def changes(self, since: int, *, skip: set[str] | frozenset[str] = frozenset()) -> list[Change]:
+        """Commits after ``since`` (minus the look-back), oldest first; keys in ``skip`` are not fetched again.
+
+        Cheap when nothing happened: one query for keys alone (they carry the sequence and the operation).
+        """
+        got = self.log.get(where={"seq": {"$gt": int(since) - _LOOKBACK_US}}, include=[])
+        new = [k for k in got["ids"] if k not in skip]
+        if not new:
+            return []
+        texts = self.log.get(ids=new, include=["documents"])
         out = []
-        for key, meta in zip(got["ids"], got["metadatas"]):
-            text = join_payload([meta]).decode()
-            out.append(Change(key, int(meta["seq"]), str(meta["op"]), tuple(i for i in text.split("\n") if i)))
+        for key, text in zip(texts["ids"], texts["documents"] or []):
+            seq, op = key.split("-")[:2]
+            out.append(Change(key, int(seq), op, tuple(i for i in (text or "").split("\n") if i)))
         out.sort(key=lambda c: (c.seq, c.key))
         return out
+
+
+    @_translated
+    def position(self) -> tuple[int, set[str]]:
+        keys = self.log.get(include=[])["ids"]
+        newest = max((int(k.split("-")[0]) for k in keys), default=0)
+        return newest, {k for k in keys if int(k.split("-")[0]) > newest - _LOOKBACK_US}
+
 
 def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
     """Chroma merges metadata on upsert; a None for every dropped key makes it a replacement."""

@@ -7,10 +7,10 @@ Chroma connection can search: a cache that is missing, stale or deleted is
 filled again from Chroma, and the change feed tells readers what other
 writers did since they last looked.
 
-Search has three stages: centroid MaxSim, ``sum_i max_c <q_i, c>``, over
-every document's summary in memory keeps ``n_candidates``; their vectors
-(int8 with a per-vector scale) are screened in float16; the best ``top_k +
-rescore_margin`` are scored exactly in float32, and those scores are returned.
+Search has two stages: centroid MaxSim, ``sum_i max_c <q_i, c>``, over
+every document's summary in memory keeps ``n_candidates``; those are scored
+exactly from their stored int8 rows (each row's products times its scale, in
+float32), and those scores are returned.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from docpc_retrievers.errors import (
     SettingsMismatchError,
     StoreError,
 )
-from docpc_retrievers.scoring.maxsim import maxsim, maxsim_half
+from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
 from docpc_retrievers.store.codec import decode_int8, dequantize, encode_int8, pack_vectors, unpack_vectors
@@ -49,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 AGGREGATES = ("max", "mean", "sum")
 _INTERNAL_PREFIX = "_"
+#: Candidates scored per matrix product (bounds memory on exhaustive scans).
+_SCORE_CHUNK = 1024
+#: Result documents whose public metadata is kept in memory.
+_META_CACHE = 20_000
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,7 @@ class MultiVectorStore:
         self._index: CentroidIndex | None = None
         self._n: dict[str, int] = {}
         self._parts: dict[str, tuple[int, ...]] = {}
+        self._meta_cache: dict[str, dict[str, Any]] = {}
         self._loaded = False
 
     # ------------------------------------------------------------------ setup
@@ -327,11 +332,10 @@ class MultiVectorStore:
             self._parts = {str(k): tuple(int(v) for v in json.loads(str(p))) for k, p in zip(saved["part_ids"], saved["parts"])}
             self.refresh()
             return
-        records = self.engine.records()
-        self._ingest(records)
-        changes = self.engine.changes(0) if records else []
-        self.cache.position = max((c.seq for c in changes), default=0)
-        self.cache.seen.update(c.key for c in changes)
+        position, seen = self.engine.position()  # first: a commit landing meanwhile is replayed, not missed
+        self._ingest(self.engine.records())
+        self.cache.position = position
+        self.cache.seen.update(seen)
         self._save_summaries()
 
     def _ingest(self, records: Mapping[str, Mapping[str, Any]]) -> None:
@@ -377,7 +381,7 @@ class MultiVectorStore:
         if not self._loaded:
             self._load()
             return
-        changes = [c for c in self.engine.changes(self.cache.position) if c.key not in self.cache.seen]
+        changes = self.engine.changes(self.cache.position, skip=self.cache.seen)
         if not changes:
             return
         if self.dim is None or self._index is None:  # the first documents came from another writer
@@ -401,6 +405,7 @@ class MultiVectorStore:
         for doc_id in ids:
             self._n.pop(doc_id, None)
             self._parts.pop(doc_id, None)
+            self._meta_cache.pop(doc_id, None)
             try:
                 self.layout.cached_grid(doc_id).unlink(missing_ok=True)
             except (OSError, DocumentNotFoundError):
@@ -510,7 +515,10 @@ class MultiVectorStore:
             rec.update({k: v for k, v in old[doc_id].items() if k.startswith(_INTERNAL_PREFIX)})
             new.append({**{k: None for k in old[doc_id]}, **rec})
         if new:
-            self.engine.docs.update(ids=list(ids), metadatas=new)
+            self.engine.update_metadata(list(ids), new)
+            self.cache.seen.update(self.engine.last_keys)
+            for doc_id in ids:
+                self._meta_cache.pop(doc_id, None)
 
     # ------------------------------------------------------------------ reads
     @_synchronized
@@ -726,12 +734,21 @@ class MultiVectorStore:
         n_cand = max(n_candidates or self.n_candidates, top_k)
         with _single_blas_thread():
             ranked = [self._search_one(q, pool, allowed, top_k, n_cand, exhaustive, aggregate) for q in qs]
-        wanted = list(dict.fromkeys(doc_id for hits in ranked for doc_id, _, _ in hits))
-        records = self.engine.records(wanted, include_summary=False)
+        records = self._public_metadata(list(dict.fromkeys(doc_id for hits in ranked for doc_id, _, _ in hits)))
         return [
-            [ScoredDocument(d, s, _public(records.get(d, {})), parts) for d, s, parts in hits if d in records]
+            [ScoredDocument(d, s, dict(records[d]), parts) for d, s, parts in hits if d in records]
             for hits in ranked
         ]
+
+    def _public_metadata(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Public metadata of result documents, remembered (the change feed forgets changed ones)."""
+        missing = [i for i in ids if i not in self._meta_cache]
+        if missing:
+            for doc_id, meta in self.engine.records(missing, include_summary=False).items():
+                self._meta_cache[doc_id] = _public(meta)
+            while len(self._meta_cache) > _META_CACHE:
+                self._meta_cache.pop(next(iter(self._meta_cache)))
+        return {i: self._meta_cache[i] for i in ids if i in self._meta_cache}
 
     def _search_one(
         self,
@@ -743,54 +760,33 @@ class MultiVectorStore:
         exhaustive: bool,
         aggregate: str,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
+        """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates."""
         assert self._index is not None
         cand = pool if exhaustive or len(pool) <= n_cand else self._index.top(q, n_cand, allowed)
-        rows = self._rows(cand)
-        if not exhaustive and len(cand) > top_k + self.rescore_margin:
-            # Screen in float16, then score the survivors exactly in float32.
-            rough, _ = self._score(q, cand, rows, aggregate, half=True)
-            keep = np.argpartition(-rough, top_k + self.rescore_margin - 1)[: top_k + self.rescore_margin]
-            cand = [cand[i] for i in keep]
-        scores, per_part = self._score(q, cand, rows, aggregate, half=False)
-        order = sorted(range(len(cand)), key=lambda i: (-scores[i], cand[i]))[:top_k]
-        return [(cand[i], float(scores[i]), tuple(float(v) for v in per_part[i])) for i in order]
+        best: list[tuple[float, str, tuple[float, ...]]] = []
+        for start in range(0, len(cand), _SCORE_CHUNK):
+            chunk = cand[start : start + _SCORE_CHUNK]
+            scores, per_part = self._score(q, chunk, aggregate)
+            best.extend((float(s), d, tuple(float(v) for v in p)) for s, d, p in zip(scores, chunk, per_part))
+            best = sorted(best, key=lambda x: (-x[0], x[1]))[:top_k]
+        return [(d, s, p) for s, d, p in best]
 
-    def _rows(self, ids: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def _score(self, query: np.ndarray, ids: Sequence[str], aggregate: str) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Exact aggregate scores ``[len(ids)]`` and each document's part scores, straight from int8 rows."""
         packed = self._packed(ids)
-        out = {}
+        rows, scales, lengths, counts = [], [], [], []
         for doc_id in ids:
             data = packed.get(doc_id)
             if data is None:
                 raise StoreError(f"store {self.path}: the vectors of document {doc_id} are missing from Chroma")
-            q, scale, _ = self._unpacked(doc_id, data)
-            out[doc_id] = (q, scale)
-        return out
-
-    def _score(
-        self,
-        query: np.ndarray,
-        ids: Sequence[str],
-        rows: Mapping[str, tuple[np.ndarray, np.ndarray]],
-        aggregate: str,
-        *,
-        half: bool,
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Aggregate scores ``[len(ids)]`` and each document's part scores, float16 screen or exact."""
-        pieces: list[np.ndarray] = []
-        counts: list[int] = []
-        for doc_id in ids:
-            q8, scale = rows[doc_id]
-            mat = (q8.astype(np.float16) * scale[:, None]) if half else dequantize(q8, scale)
-            split = self._parts.get(doc_id)
-            if split:
-                bounds = np.cumsum([0, *split])
-                pieces.extend(mat[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
-                counts.append(len(split))
-            else:
-                pieces.append(mat)
-                counts.append(1)
-        flat = maxsim_half(query, pieces) if half else maxsim([query], pieces)[0]
-        if len(pieces) == len(ids):  # one part each: the part score is the document score
+            q8, scale, _ = self._unpacked(doc_id, data)
+            rows.append(q8)
+            scales.append(scale)
+            split = self._parts.get(doc_id) or (len(q8),)
+            lengths.extend(split)
+            counts.append(len(split))
+        flat = maxsim_int8(query, np.concatenate(rows), np.concatenate(scales), lengths)
+        if len(lengths) == len(ids):  # one part each: the part score is the document score
             return flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(ids))]
         per_doc = np.split(flat, np.cumsum(counts)[:-1])
         reduce = {"max": np.max, "mean": np.mean, "sum": np.sum}[aggregate]
