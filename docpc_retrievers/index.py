@@ -1,8 +1,7 @@
 """DocPCIndex: the one object users hold, a thin facade over indexing, search and the store.
 
-PDFs go in through :mod:`.indexing` (discover -> represent -> encode ->
-commit), queries through :mod:`.search` (encode -> MaxSim -> evidence ->
-rerank); :mod:`.store` owns everything on disk.
+PDFs go in through :mod:`.indexing`, queries through :mod:`.search`
+(see docs/architecture.md); :mod:`.store` owns everything stored.
 """
 
 from __future__ import annotations
@@ -38,9 +37,9 @@ __all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_PAGE_SIZE", "MODES", "DocPCIndex",
 class DocPCIndex:
     """A persistent document-level visual index: ``DocPCIndex(path)`` reads, ``writable=True`` writes.
 
-    The encoder loads on first use, from the store's recorded model unless ``model``/``encoder``
-    is given (another model raises :class:`ModelMismatchError`); ``encoder_kwargs`` configure it.
-    ``path=None`` makes a temporary store; ``host``/``port`` keep the records on a Chroma server.
+    The encoder loads on first use, from the store's model unless ``model``/``encoder`` is given
+    (another raises :class:`ModelMismatchError`); ``encoder_kwargs`` configure it. ``path=None``: a
+    temporary store; ``host``/``port``: records on a Chroma server; ``store_grids=False``: no previews.
     """
 
     def __init__(
@@ -55,6 +54,7 @@ class DocPCIndex:
         port: int = 8000,
         collection: str = "docpc",
         encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
+        store_grids: bool = True,
     ) -> None:
         self._encoders = EncoderLoader(
             encoder=encoder, model=model, options=encoder_kwargs,
@@ -76,7 +76,7 @@ class DocPCIndex:
             self._store.close()
             raise
         self.settings: IndexSettings = settings or (IndexSettings.from_dict(recorded) if recorded else IndexSettings())
-        self.grids = GridImageStore(self._store)
+        self.grids = GridImageStore(self._store, self.settings, store_grids=store_grids)
         self._indexer = Indexer(self._store, self.grids, self.settings, lambda: self.encoder)
         self._searcher = Searcher(self._store, self.layout, self.settings, lambda: self.encoder)
         self.last_report = IndexReport()

@@ -157,7 +157,7 @@ class Indexer:
             report.add_time("render_s", time.perf_counter() - t0)
         seen_ids.add(doc_id)
         item = _Pending(doc, self._older_versions(path, doc_id))
-        if doc.grid is not None:
+        if doc.grid is not None and self.grids.store_grids:
             item.grid_bytes = self.grids.encode_later(doc.grid.image)
         pending.append(item)
         return "indexed"

@@ -571,3 +571,18 @@ def test_ids_never_become_paths_outside_the_store(store_copy: Path, tmp_path: Pa
                 index.grid_image(bad)
             with pytest.raises(DocumentNotFoundError):
                 index.grid_image_bytes(bad)
+
+
+def test_store_grids_false_keeps_no_previews_and_composes_them_on_request(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    doc = make_pdf(tmp_path / "in" / "doc.pdf", "no stored grid", n_pages=3)
+    with DocPCIndex.from_pdfs([doc], tmp_path / "s", encoder=tiny_encoder, store_grids=False) as index:
+        doc_id = document_id(doc)
+        assert index.store.bytes_by_part()["grids"] == 0
+        _, grid, _, _ = DocPCIndex.compose_pdf(doc, settings=index.settings)
+        from PIL import Image
+        import io
+
+        again = Image.open(io.BytesIO(index.grid_image_bytes(doc_id))).convert("RGB")
+        assert again.size == grid.image.size and again.tobytes() == grid.image.tobytes()

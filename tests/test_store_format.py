@@ -181,3 +181,19 @@ def test_migrate_converts_in_place_and_resumes(tmp_path: Path, monkeypatch: pyte
             assert store.grid(doc_id)[8:12] == b"WEBP"
         assert store.get([ids[2]])[0].metadata == {"title": f"old {ids[2][-2:]}"}
         assert store.search(docs[5][:4], top_k=1)[0].id == ids[5]
+
+
+def test_deleted_and_replaced_vectors_are_reclaimed_from_the_cache(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    docs, ids = [_unit(rng.standard_normal((400, 128))) for _ in range(40)], _ids(40)  # 2 MB of int8 rows
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids, docs, [{} for _ in ids])
+        store.delete(ids[4:])
+        store.add(ids[:2], [_unit(rng.standard_normal((400, 128))) for _ in range(2)], [{}, {}])  # replaced
+        live = store.cache.live_bytes()
+        written = sum(p.stat().st_size for p in (tmp_path / "s" / "cache").glob("vec-*.bin"))
+    cache_files = sum(p.stat().st_size for p in (tmp_path / "s" / "cache").glob("vec-*.bin"))
+    assert written > 40 * 400 * 130 and cache_files == live == 4 * 400 * 130
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.count() == 4
+        assert store.engine.blobs.get(where={"doc": {"$in": ids[4:]}}, include=[])["ids"] == []  # Chroma's too

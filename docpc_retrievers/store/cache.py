@@ -169,7 +169,40 @@ class VectorCache:
             return 0
         return sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
 
-    def vacuum(self) -> int:
+    def live_bytes(self) -> int:
+        """Bytes of the entries still referenced."""
+        return sum(n for _, _, n in self._where.values())
+
+    def compact(self) -> int:
+        """Rewrite the live entries into a fresh file when dead ones take more room; returns bytes freed.
+
+        Deleted and replaced documents leave their old rows in append-only files;
+        this reclaims them (files of other live processes are left alone, see :meth:`vacuum`).
+        """
+        files = {f for f, _, _ in self._where.values()}
+        total = sum((self.folder / f).stat().st_size for f in files if (self.folder / f).exists())
+        live = self.live_bytes()
+        if total <= 2 * live + (1 << 20):
+            return self.vacuum()
+        old = dict(self._where)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._file_name = f"vec-{os.getpid()}-{secrets.token_hex(4)}.bin"
+        for doc_id in old:  # one entry at a time: a large cache never sits in memory
+            data = self.get(doc_id)
+            if data is not None:
+                self.put({doc_id: data})
+        self.save()
+        freed = 0
+        for name in files:  # this process's old files: nothing refers to them now
+            if name.startswith(f"vec-{os.getpid()}-") and name != self._file_name:
+                path = self.folder / name
+                freed += path.stat().st_size if path.exists() else 0
+                path.unlink(missing_ok=True)
+        return freed + self.vacuum()
+
+    def vacuum(self, *, min_age: float = 60.0) -> int:
         """Remove cache files no entry of this process refers to and rewrite nothing else; returns bytes freed.
 
         Files written by other live processes are kept when they are newer than a minute.
@@ -181,7 +214,7 @@ class VectorCache:
         used = {f for f, _, _ in self._where.values()} | {self._file_name}
         freed = 0
         for path in self.folder.glob("vec-*.bin"):
-            if path.name in used or time.time() - path.stat().st_mtime < 60:
+            if path.name in used or time.time() - path.stat().st_mtime < min_age:
                 continue
             freed += path.stat().st_size
             path.unlink(missing_ok=True)
@@ -189,6 +222,11 @@ class VectorCache:
         return freed
 
     def close(self) -> None:
+        """Save the index, reclaim dead rows when they dominate, and close the file."""
+        try:
+            self.compact()
+        except OSError as exc:
+            logger.debug("cache compaction skipped: %s", exc)
         self.save()
         if self._file is not None:
             self._file.close()

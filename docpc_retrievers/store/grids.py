@@ -14,6 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from PIL import Image
 
+from docpc_retrievers.config import IndexSettings
+from docpc_retrievers.documents.represent import represent_pdf
+from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.store.multivector import MultiVectorStore
 
 __all__ = ["GRID_MIME_TYPE", "GridImageStore", "encode_grid"]
@@ -29,10 +32,16 @@ def encode_grid(image: Image.Image) -> bytes:
 
 
 class GridImageStore:
-    """Reads grid previews from the store and encodes new ones off the indexing thread."""
+    """Reads grid previews from the store and encodes new ones off the indexing thread.
 
-    def __init__(self, store: MultiVectorStore) -> None:
+    With ``store_grids=False`` no preview is written; one asked for is composed
+    again from the source PDF (which must still hold the indexed bytes).
+    """
+
+    def __init__(self, store: MultiVectorStore, settings: IndexSettings, *, store_grids: bool = True) -> None:
         self.store = store
+        self.settings = settings
+        self.store_grids = store_grids
         self._encoder: ThreadPoolExecutor | None = None
 
     def encode_later(self, image: Image.Image) -> Future[bytes]:
@@ -42,8 +51,21 @@ class GridImageStore:
         return self._encoder.submit(encode_grid, image)
 
     def read_bytes(self, doc_id: str) -> bytes:
-        """The stored preview bytes (WebP); :class:`DocumentNotFoundError` when there is none."""
-        return self.store.grid(doc_id)
+        """The preview bytes (WebP): stored, or composed again from the source when none was stored.
+
+        :class:`DocumentNotFoundError` for an unknown document or a page-mode one (no grid).
+        """
+        try:
+            return self.store.grid(doc_id)
+        except DocumentNotFoundError:
+            found = self.store.get([doc_id])
+            if not found or found[0].metadata.get("mode", "grid") != "grid" or self.settings.mode != "grid":
+                raise
+        source = str(found[0].metadata.get("source"))
+        doc = represent_pdf(source, self.settings)
+        if doc.doc_id != doc_id or doc.grid is None:
+            raise PDFLoadError(source, "changed", f"the file changed since it was indexed as {doc_id}; re-index it")
+        return encode_grid(doc.grid.image)
 
     def image(self, doc_id: str) -> Image.Image:
         """The grid as an RGB image."""
