@@ -161,6 +161,9 @@ def test_reopened_index_uses_the_recorded_model_and_settings(built: BuiltStore, 
     assert info["dim"] == tiny_encoder.dim
     assert info["vectors"] > len(GOOD)
     assert info["bytes_on_disk"] > 0
+    per_doc = info["bytes_per_document"]  # docpc info: bytes per document by part
+    assert set(per_doc) == {"vectors", "first_stage", "grids", "on_disk"}
+    assert per_doc["vectors"] > 0 and per_doc["first_stage"] > 0 and per_doc["grids"] > 0
 
 
 # --------------------------------------------------------------------------- re-adding files
