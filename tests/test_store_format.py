@@ -197,3 +197,29 @@ def test_deleted_and_replaced_vectors_are_reclaimed_from_the_cache(tmp_path: Pat
     with MultiVectorStore(tmp_path / "s") as store:
         assert store.count() == 4
         assert store.engine.blobs.get(where={"doc": {"$in": ids[4:]}}, include=[])["ids"] == []  # Chroma's too
+
+
+def test_a_reader_after_the_writer_opens_from_the_cache_without_reading_every_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's cache (summaries + feed position) lets the next open skip the full read from Chroma."""
+    from docpc_retrievers.store.engine import ChromaEngine
+
+    docs, ids = _docs(30, seed=5), _ids(30)
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids[:20], docs[:20], [{} for _ in range(20)])
+        store.add(ids[20:], docs[20:], [{} for _ in range(10)])
+        expected = [(h.id, h.score) for h in store.search(docs[7][:5], top_k=5)]
+    full_reads = []
+    original = ChromaEngine.records
+
+    def counting(self: ChromaEngine, ids: object = None, **kw: object) -> object:
+        if ids is None:
+            full_reads.append(1)
+        return original(self, ids, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ChromaEngine, "records", counting)
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.count() == 30
+        assert [(h.id, h.score) for h in store.search(docs[7][:5], top_k=5)] == expected
+    assert full_reads == []

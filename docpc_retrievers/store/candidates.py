@@ -103,6 +103,18 @@ class CentroidIndex:
             self._blocks.append(block)
             self._live = np.concatenate([self._live, np.ones(len(ids), dtype=bool)])
 
+    def add_block(self, ids: Sequence[str], summaries: np.ndarray) -> None:
+        """Add many documents at once from ``[n_docs, n_centroids, dim]`` summaries (already full width)."""
+        if summaries.shape[1:] != (self.n_centroids, self.dim):
+            raise ValueError(f"expected [n, {self.n_centroids}, {self.dim}] summaries, got {summaries.shape}")
+        self.remove(ids)
+        for doc_id in ids:
+            self._slot[doc_id] = len(self._ids)
+            self._ids.append(doc_id)
+        if len(ids):
+            self._blocks.append(np.asarray(summaries, dtype=np.float32))
+            self._live = np.concatenate([self._live, np.ones(len(ids), dtype=bool)])
+
     def remove(self, ids: Iterable[str]) -> None:
         for doc_id in ids:
             slot = self._slot.pop(doc_id, None)

@@ -323,12 +323,11 @@ class MultiVectorStore:
         self._index = CentroidIndex(self.n_centroids, self.dim)
         self._n, self._parts = {}, {}
         saved = self.cache.load_summaries() if self.cache.position else None
-        if saved is not None and int(saved["summaries"].shape[-1] if saved["summaries"].size else self.dim) == self.dim:
-            ids = [str(i) for i in saved["ids"]]
-            counts = saved["counts"]
-            cents = [dequantize(q, s) for q, s in zip(saved["summaries"], saved["scales"])]
-            self._index.add(ids, [c[: int(k)] for c, k in zip(cents, saved["kept"])])
-            self._n = {i: int(n) for i, n in zip(ids, counts)}
+        if saved is not None and saved["summaries"].shape[1:] == (self.n_centroids, self.dim):
+            ids = saved["ids"].tolist()
+            summaries = saved["summaries"].astype(np.float32) * saved["scales"].astype(np.float32)[..., None]
+            self._index.add_block(ids, summaries)
+            self._n = dict(zip(ids, saved["counts"].tolist()))
             self._parts = {str(k): tuple(int(v) for v in json.loads(str(p))) for k, p in zip(saved["part_ids"], saved["parts"])}
             self.refresh()
             return
@@ -398,6 +397,12 @@ class MultiVectorStore:
         self.cache._dirty = True
         if len(touched) > 100:
             self._save_summaries()
+
+    def _advance(self, seq: int) -> None:
+        """After our own commit: the feed position moves past it (we were up to date just before it)."""
+        self.cache.seen.update(self.engine.last_keys)
+        self.cache.position = max(self.cache.position, seq)
+        self.cache._dirty = True
 
     def _forget(self, ids: Sequence[str]) -> None:
         if self._index is not None:
@@ -480,8 +485,8 @@ class MultiVectorStore:
             records.append(DocumentRecord(doc_id, rec, text, mean / max(float(np.linalg.norm(mean)), 1e-12), data, grid))
             cents.append(_summary_vectors(rec["_summary"], dim))
             packed[doc_id] = data
-        self.engine.write(records)
-        self.cache.seen.update(self.engine.last_keys)
+        seq = self.engine.write(records)
+        self._advance(seq)
         self._forget(list(ids))
         self._index.add(list(ids), cents)
         for rec in records:
@@ -497,8 +502,7 @@ class MultiVectorStore:
         self._ensure_loaded()
         present = [i for i in dict.fromkeys(ids) if i in self._n]
         if present:
-            self.engine.delete(present)
-            self.cache.seen.update(self.engine.last_keys)
+            self._advance(self.engine.delete(present))
             self._forget(present)
         return len(present)
 
@@ -515,8 +519,7 @@ class MultiVectorStore:
             rec.update({k: v for k, v in old[doc_id].items() if k.startswith(_INTERNAL_PREFIX)})
             new.append({**{k: None for k in old[doc_id]}, **rec})
         if new:
-            self.engine.update_metadata(list(ids), new)
-            self.cache.seen.update(self.engine.last_keys)
+            self._advance(self.engine.update_metadata(list(ids), new))
             for doc_id in ids:
                 self._meta_cache.pop(doc_id, None)
 
