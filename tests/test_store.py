@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -263,40 +258,12 @@ def test_compact_vectors_cost_dim_plus_two_bytes_each(tmp_path: Path) -> None:
         assert store.bytes_on_disk() > parts["vectors"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    exe = Path(sys.executable).with_name("chroma")
-    if not exe.exists():
-        exe = Path(shutil.which("chroma") or "chroma")
-    data = tmp_path_factory.mktemp("chroma-server")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(exe), "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        import chromadb
+    from docpc_retrievers.testing.chroma_server import chroma_server as started
 
-        deadline = time.time() + 60
-        while True:
-            try:
-                chromadb.HttpClient(host="127.0.0.1", port=port).heartbeat()
-                break
-            except Exception:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("chroma server did not start") from None
-                time.sleep(0.3)
-        yield "127.0.0.1", port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with started(tmp_path_factory.mktemp("chroma-server")) as server:
+        yield server.host, server.port
 
 
 def test_chroma_server_backend_round_trip(tmp_path: Path, chroma_server: tuple[str, int]) -> None:

@@ -63,12 +63,12 @@ class VectorCache:
                     str(i): (str(f), int(o), int(n)) for i, f, o, n in zip(z["ids"], z["files"], z["offsets"], z["lengths"])
                 }
         except FileNotFoundError:
-            self._reset(quiet=True)
+            self._reset()
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
             logger.info("local cache %s not used (%s); it will be rebuilt from the store", self.folder, exc)
             self._reset()
 
-    def _reset(self, quiet: bool = False) -> None:
+    def _reset(self) -> None:
         """Forget every cached entry (files of other sessions are left for them; unreferenced ones are cleaned)."""
         self.position, self.seen, self._where = 0, set(), {}
         for name in ("summaries.npz", "vectors.npz", "state.json"):
@@ -76,6 +76,15 @@ class VectorCache:
                 (self.folder / name).unlink()
             except OSError:
                 pass
+        self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        """Whether something changed since the last :meth:`save`."""
+        return self._dirty
+
+    def mark_dirty(self) -> None:
+        """Note a change made from outside (the feed position, the seen keys)."""
         self._dirty = True
 
     def save(self) -> None:

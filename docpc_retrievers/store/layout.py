@@ -139,10 +139,6 @@ class StoreLayout:
         """Save a framework retriever's options next to the store."""
         write_json_atomic(self.retriever_options, options)
 
-    def bytes_under(self, folder: Path) -> int:
-        """Bytes of the files directly in ``folder`` (0 when it does not exist)."""
-        return sum(p.stat().st_size for p in folder.glob("*") if p.is_file()) if folder.exists() else 0
-
     def copy_to(self, target: str | os.PathLike[str]) -> StoreLayout:
         """Copy this store into ``target`` (new or empty), leaving out the lock, temporary files and caches."""
         dest = StoreLayout.at(target)

@@ -38,7 +38,7 @@ from docpc_retrievers.errors import (
 from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
-from docpc_retrievers.store.codec import decode_int8, dequantize, encode_int8, pack_vectors, unpack_vectors
+from docpc_retrievers.store.codec import decode_int8, dequantize, encode_int8, pack_vectors, quantize, unpack_vectors
 from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord, chroma_client
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
@@ -360,7 +360,7 @@ class MultiVectorStore:
         q = np.zeros((len(ids), c, self.dim), dtype=np.int8)
         s = np.ones((len(ids), c), dtype=np.float16)
         for i, block in enumerate(blocks):
-            q[i], s[i] = _quantize_rows(block)
+            q[i], s[i] = quantize(block)
         self.cache.save_summaries(
             {
                 "ids": np.array(ids, dtype="U64"),
@@ -394,7 +394,7 @@ class MultiVectorStore:
         self._ingest(live)
         self.cache.seen.update(c.key for c in changes)
         self.cache.position = max(self.cache.position, max(c.seq for c in changes))
-        self.cache._dirty = True
+        self.cache.mark_dirty()
         if len(touched) > 100:
             self._save_summaries()
 
@@ -402,7 +402,7 @@ class MultiVectorStore:
         """After our own commit: the feed position moves past it (we were up to date just before it)."""
         self.cache.seen.update(self.engine.last_keys)
         self.cache.position = max(self.cache.position, seq)
-        self.cache._dirty = True
+        self.cache.mark_dirty()
 
     def _forget(self, ids: Sequence[str]) -> None:
         if self._index is not None:
@@ -800,7 +800,7 @@ class MultiVectorStore:
     def close(self) -> None:
         """Save the cache and release the writer lock; the store can be reopened afterwards."""
         if getattr(self, "_cache", None) is not None:
-            if getattr(self, "_loaded", False) and getattr(self, "_index", None) is not None and self.cache._dirty:
+            if getattr(self, "_loaded", False) and getattr(self, "_index", None) is not None and self.cache.dirty:
                 self._save_summaries()
             self.cache.close()
         if getattr(self, "_lock", None) is not None:
@@ -812,8 +812,3 @@ class MultiVectorStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _quantize_rows(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from docpc_retrievers.store.codec import quantize
-
-    return quantize(block)
