@@ -166,8 +166,7 @@ class MultiVectorStore:
         collection: Chroma collection name (two companions are named after it).
         writable: take the single-writer lock (embedded mode; a server has no local lock).
         n_centroids: centroids kept per document for the first search stage.
-        n_candidates: documents kept by the centroid stage and screened in float16.
-        rescore_margin: beyond ``top_k``, how many float16 survivors are rescored exactly.
+        n_candidates: documents kept by the centroid stage and scored exactly.
     """
 
     def __init__(
@@ -182,7 +181,6 @@ class MultiVectorStore:
         writable: bool = False,
         n_centroids: int = 16,
         n_candidates: int = 256,
-        rescore_margin: int = 22,
         allow_old_format: bool = False,
     ) -> None:
         self.layout = StoreLayout.at(path)
@@ -190,7 +188,6 @@ class MultiVectorStore:
         self.host = host
         self.n_centroids = n_centroids
         self.n_candidates = n_candidates
-        self.rescore_margin = rescore_margin
         self._mutex = threading.RLock()
         self._writable = writable
         local = self._read_local_manifest()

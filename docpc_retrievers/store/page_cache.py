@@ -95,7 +95,7 @@ class PageEmbeddingCache:
 
         Records are deleted through Chroma (whose client stays cached in this
         process, so deleting its files underneath it would leave stale
-        records), then the now unreferenced vector segments are removed.
+        records), then its local cache is removed.
         """
         removed = len(self._memory)
         self._memory.clear()
