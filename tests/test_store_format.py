@@ -223,3 +223,17 @@ def test_a_reader_after_the_writer_opens_from_the_cache_without_reading_every_re
         assert store.count() == 30
         assert [(h.id, h.score) for h in store.search(docs[7][:5], top_k=5)] == expected
     assert full_reads == []
+
+
+def test_cache_reads_many_documents_at_once_and_leaves_misses_out(tmp_path: Path) -> None:
+    from docpc_retrievers.store.cache import VectorCache
+
+    cache = VectorCache(tmp_path / "cache", "identity")
+    items = {f"d{i}": bytes([i]) * (1000 + i) for i in range(5)}
+    cache.put(items)
+    got = cache.get_many(["d3", "missing", "d0", "d4"])
+    assert got == {"d3": items["d3"], "d0": items["d0"], "d4": items["d4"]}
+    cache.close()
+    reopened = VectorCache(tmp_path / "cache", "identity")  # after a save: read back from the file
+    assert reopened.get_many(list(items)) == items
+    reopened.close()

@@ -10,7 +10,7 @@ reason is a miss (the engine is asked again).
 Files (under ``StoreLayout.cache``)::
 
     state.json            engine identity, the change-feed position applied
-    summaries.npz         ids, int8 first-stage summaries with scales, vector counts, parts
+    first_stage.npz       ids, the first stage's two levels as raw bfloat16 (centroid-major), vector counts, parts
     vec-<session>.bin     packed compact vectors, appended (codec.pack_vectors)
     vectors.npz           where each document's packed vectors are: file, offset, length
 """
@@ -47,6 +47,7 @@ class VectorCache:
         self._file: BinaryIO | None = None
         self._file_name = f"vec-{os.getpid()}-{secrets.token_hex(4)}.bin"
         self._maps: dict[str, np.memmap] = {}
+        self._fds: dict[str, int] = {}
         self._dirty = False
         self._load_state()
 
@@ -71,7 +72,7 @@ class VectorCache:
     def _reset(self) -> None:
         """Forget every cached entry (files of other sessions are left for them; unreferenced ones are cleaned)."""
         self.position, self.seen, self._where = 0, set(), {}
-        for name in ("summaries.npz", "vectors.npz", "state.json"):
+        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json"):
             try:
                 (self.folder / name).unlink()
             except OSError:
@@ -110,9 +111,9 @@ class VectorCache:
 
     # -------------------------------------------------------------- summaries
     def load_summaries(self) -> dict[str, np.ndarray] | None:
-        """Saved summaries (``ids``, ``summaries`` int8 [N, c, dim], ``scales`` [N, c], ``counts``, ``parts``), or None."""
+        """The saved first stage (``CentroidIndex.export`` arrays plus ``counts`` and ``parts``), or None."""
         try:
-            with np.load(self.folder / "summaries.npz") as z:
+            with np.load(self.folder / "first_stage.npz") as z:
                 return {k: z[k] for k in z.files}
         except (OSError, ValueError, KeyError):
             return None
@@ -120,7 +121,7 @@ class VectorCache:
     def save_summaries(self, arrays: Mapping[str, np.ndarray]) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            _atomic_npz(self.folder / "summaries.npz", **arrays)
+            _atomic_npz(self.folder / "first_stage.npz", **arrays)
         except OSError as exc:
             logger.warning("could not save summaries to %s: %s", self.folder, exc)
 
@@ -146,6 +147,46 @@ class VectorCache:
             self._maps.pop(name, None)
             self._dirty = True
             return None
+
+    def get_many(self, ids: Iterable[str]) -> dict[str, bytes]:
+        """Cached packed vectors of several documents (misses left out), their reads issued together.
+
+        Why: a query's candidates are scattered over a file larger than the
+        page cache may hold; asking the kernel for every range first lets the
+        disk serve them in parallel instead of one cold read after another.
+        """
+        wanted = [i for i in ids if i in self._where]
+        if len(wanted) > 1:
+            self._advise(wanted)
+        out: dict[str, bytes] = {}
+        for doc_id in wanted:
+            data = self.get(doc_id)
+            if data is not None:
+                out[doc_id] = data
+        return out
+
+    def _advise(self, ids: Iterable[str]) -> None:
+        """Start reading the ranges of ``ids`` into the page cache (a hint: failures are ignored)."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None:
+            return
+        for doc_id in ids:
+            name, offset, length = self._where[doc_id]
+            try:
+                fd = self._fds.get(name)
+                if fd is None:
+                    fd = self._fds[name] = os.open(self.folder / name, os.O_RDONLY)
+                advise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                return
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
 
     def put(self, items: Mapping[str, bytes]) -> None:
         """Remember packed vectors (a failure to write only costs a later refetch)."""
@@ -209,6 +250,10 @@ class VectorCache:
                 path = self.folder / name
                 freed += path.stat().st_size if path.exists() else 0
                 path.unlink(missing_ok=True)
+                self._maps.pop(name, None)
+                fd = self._fds.pop(name, None)
+                if fd is not None:
+                    os.close(fd)
         return freed + self.vacuum()
 
     def vacuum(self, *, min_age: float = 60.0) -> int:
@@ -228,6 +273,9 @@ class VectorCache:
             freed += path.stat().st_size
             path.unlink(missing_ok=True)
             self._maps.pop(path.name, None)
+            fd = self._fds.pop(path.name, None)
+            if fd is not None:
+                os.close(fd)
         return freed
 
     def close(self) -> None:
@@ -241,6 +289,7 @@ class VectorCache:
             self._file.close()
             self._file = None
         self._maps.clear()
+        self._close_fds()
 
 
 def _atomic_npz(path: Path, **arrays: Any) -> None:

@@ -1,0 +1,104 @@
+"""The first stage: centroid summaries, the coarse pass of large indexes, filters and removals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from docpc_retrievers.store import candidates
+from docpc_retrievers.store.candidates import CentroidIndex, coarsen, document_centroids
+
+DIM = 32
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _index(n_docs: int, seed: int = 0) -> tuple[CentroidIndex, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    summaries = _unit(rng.standard_normal((n_docs, 16, DIM)))
+    index = CentroidIndex(16, DIM)
+    index.add_block([f"d{i}" for i in range(n_docs)], summaries)
+    return index, summaries
+
+
+def _brute_top(query: np.ndarray, summaries: np.ndarray, n: int) -> list[str]:
+    approx = np.einsum("td,ncd->ntc", query, summaries).max(axis=2).sum(axis=1)
+    return [f"d{i}" for i in np.argsort(-approx)[:n]]
+
+
+def test_coarsen_merges_centroids_into_unit_vectors_deterministically() -> None:
+    summaries = _unit(np.random.default_rng(1).standard_normal((5, 16, DIM)))
+    merged = coarsen(summaries, 4)
+    assert merged.shape == (5, 4, DIM)
+    np.testing.assert_allclose(np.linalg.norm(merged, axis=2), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(merged, coarsen(summaries, 4))
+    # Wider than the input: nothing to merge.
+    np.testing.assert_array_equal(coarsen(summaries[:, :3], 4), summaries[:, :3])
+
+
+def test_small_index_scores_every_summary_exactly() -> None:
+    index, summaries = _index(300)
+    query = _unit(np.random.default_rng(2).standard_normal((6, DIM)))
+    assert set(index.top(query, 20)) == set(_brute_top(query, summaries, 20))
+
+
+def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    index, summaries = _index(2000)
+    rng = np.random.default_rng(3)
+    planted = _unit(rng.standard_normal((16, DIM)))
+    index.add_block(["planted"], planted[None])
+    query = _unit(planted[:5] + 0.1 * rng.standard_normal((5, DIM)))
+    top = index.top(query, 10)  # 2001 documents > 2 x shortlist of 160: the coarse pass runs
+    assert len(top) == 10 and len(set(top)) == 10
+    assert "planted" in top
+    allowed = {f"d{i}" for i in range(0, 2000, 3)}
+    filtered = index.top(query, 10, allowed)
+    assert len(filtered) == 10 and set(filtered) <= allowed
+    index.remove(["planted"])
+    assert "planted" not in index.top(query, 10)
+
+
+def test_removed_documents_never_come_back_after_compaction() -> None:
+    index, _ = _index(3000)
+    index.remove([f"d{i}" for i in range(2500)])
+    query = _unit(np.random.default_rng(4).standard_normal((4, DIM)))
+    index.top(query, 5)  # more than half the slots are dead: compacted here
+    assert len(index) == 500
+    assert set(index.top(query, 1000)) == {f"d{i}" for i in range(2500, 3000)}
+    saved = index.export()
+    assert saved["ids"].tolist() == index.ids() and len(saved["ids"]) == 500
+    assert saved["fine"].shape == (16, 500, DIM) and saved["coarse"].shape == (4, 500, DIM)
+
+
+def test_export_and_restore_give_the_same_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    index, _ = _index(1500)
+    index.remove(["d7", "d9"])
+    query = _unit(np.random.default_rng(6).standard_normal((5, DIM)))
+    restored = CentroidIndex(16, DIM)
+    restored.restore(index.export())
+    assert len(restored) == 1498
+    assert restored.top(query, 30) == index.top(query, 30)  # coarse pass and all
+    assert sorted(restored.top(query, 2000)) == sorted(index.ids())
+    with pytest.raises(ValueError, match="shapes"):
+        CentroidIndex(8, DIM).restore(index.export())
+
+
+def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
+    vectors = _unit(np.random.default_rng(5).standard_normal((10, DIM)))
+    assert document_centroids(vectors, 16).shape == (10, DIM)
+    cents = document_centroids(np.concatenate([vectors] * 5), 4)
+    np.testing.assert_allclose(np.linalg.norm(cents, axis=1), 1.0, atol=1e-5)
+
+
+def test_queries_with_fewer_tokens_keep_more_candidates(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from docpc_retrievers.store.multivector import CANDIDATE_TOKEN_BUDGET, MultiVectorStore
+
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=256) as store:
+        counts = {t: store._candidates(np.zeros((t, DIM), dtype=np.float32)) for t in (1, 10, 24, 40)}
+    assert counts[24] == counts[40] == 256
+    assert counts[10] == CANDIDATE_TOKEN_BUDGET // 10 > 256
+    assert counts[1] == 4 * 256
