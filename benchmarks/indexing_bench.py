@@ -61,11 +61,13 @@ ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def measure(paths: Sequence[Path], encoder: Any, settings: Any, workdir: Path, *, batch_size: int = 8) -> dict[str, float]:
+def measure(
+    paths: Sequence[Path], encoder: Any, settings: Any, workdir: Path, *, batch_size: int = 8, workers: int | None = None
+) -> dict[str, float]:
     """Index ``paths`` into a fresh ``workdir`` and return the figures of :data:`ROWS`."""
     if workdir.exists():
         shutil.rmtree(workdir)
-    index, stats = timed_index_build(paths, workdir, encoder, settings, batch_size=batch_size)
+    index, stats = timed_index_build(paths, workdir, encoder, settings, batch_size=batch_size, workers=workers)
     try:
         info = index.info()
         excluded = int(info.get("bytes_grid_images") or 0) + int(info.get("page_cache_bytes") or 0)
@@ -81,6 +83,122 @@ def _figures(stats: IndexStats) -> dict[str, float]:
     out["render_s"] = stats.render_s
     out["docs_per_s"] = stats.documents / stats.total_index_s if stats.total_index_s > 0 else 0.0
     out["failed"] = float(len(stats.failures))
+    return out
+
+
+class FixedCostEncoder:
+    """A stand-in for a GPU encoder: a fixed time per image (sleeping, so the CPU stays free) and fixed vectors.
+
+    ``vectors`` rows of dimension 128 per image, the same for every image, so
+    the pipeline's own costs (render, pool, commit) are what is measured.
+    """
+
+    dim = 128
+
+    def __init__(self, seconds_per_image: float, vectors: int = 760) -> None:
+        import numpy as np
+
+        self.seconds_per_image = seconds_per_image
+        self.model_id = f"stand-in-{seconds_per_image * 1000:g}ms"
+        rows = np.random.default_rng(0).standard_normal((vectors, self.dim)).astype(np.float32)
+        self._rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    def encode_images_with_info(self, images: Sequence[Any], *, batch_size: int | None = None) -> list[Any]:
+        import time
+
+        import numpy as np
+
+        from docpc_retrievers.encoders.protocol import EncodedImage
+
+        time.sleep(self.seconds_per_image * len(images))
+        mask = np.ones(len(self._rows), dtype=bool)
+        return [EncodedImage(self._rows.copy(), mask, None) for _ in images]
+
+    def encode_images(self, images: Sequence[Any], *, batch_size: int | None = None) -> list[Any]:
+        return [e.embeddings for e in self.encode_images_with_info(images)]
+
+    def encode_queries(self, queries: Sequence[str], *, batch_size: int | None = None) -> list[Any]:
+        return [self._rows[:20].copy() for _ in queries]
+
+    def settings(self) -> dict[str, Any]:
+        return {"model_id": self.model_id}
+
+
+def render_throughput(paths: Sequence[Path], settings: Any, workers: int) -> float:
+    """Documents per second rendered (opened, selected, rendered, composed) by ``workers`` processes alone."""
+    import time
+
+    from docpc_retrievers.documents.discovery import document_id
+    from docpc_retrievers.documents.workers import RenderJob, make_renderer
+
+    job = RenderJob(settings, None, None)
+    with make_renderer(job, workers=workers, render_timeout=None) as renderer:
+        # Start the workers outside the timing (one fresh interpreter each).
+        list(renderer.imap(paths[:workers], lambda p: (p, document_id(p))))
+        t0 = time.perf_counter()
+        done = sum(1 for _, r in renderer.imap(paths, lambda p: (p, document_id(p))) if r is not None and r.doc)
+        return done / (time.perf_counter() - t0)
+
+
+def pipeline_efficiency(
+    paths: Sequence[Path], settings: Any, workers: int, seconds_per_image: float, workdir: Path, batch_size: int
+) -> dict[str, float]:
+    """Index with the stand-in encoder: documents/s achieved over the encoder-bound rate (1 = the encoder never waits)."""
+    from docpc_retrievers.index import DocPCIndex
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    encoder = FixedCostEncoder(seconds_per_image)
+    with DocPCIndex(workdir, encoder=encoder, settings=settings, writable=True) as index:
+        report = index.add_pdfs(paths, batch_size=batch_size, workers=workers)
+    docs = len(report.indexed)
+    total = report.timings["total_s"]
+    bound = docs / (report.images_encoded * seconds_per_image)
+    return {
+        "documents": docs,
+        "images": report.images_encoded,
+        "docs_per_s": docs / total,
+        "encoder_bound_docs_per_s": bound,
+        "efficiency": (docs / total) / bound,
+        "pool_s": report.timings.get("pool_s", 0.0),
+        "commit_s": report.timings.get("commit_s", 0.0),
+        "render_s": report.timings.get("render_s", 0.0),
+    }
+
+
+def pipeline_report(args: argparse.Namespace, paths: Sequence[Path], work: Path) -> dict[str, Any]:
+    """Rendering alone with 1 and 2 workers, then the stand-in encoder's pipeline efficiency."""
+    import math
+    import os
+
+    from docpc_retrievers.index import IndexSettings
+
+    modes = {
+        "grid": IndexSettings(strategy=args.strategy, pages=args.pages),
+        "page": IndexSettings(mode="page", strategy=args.strategy, pages=None),
+    }
+    out: dict[str, Any] = {"cores": os.cpu_count(), "render_docs_per_s": {}, "pipeline": {}}
+    for mode, settings in modes.items():
+        for workers in (1, 2):
+            rate = render_throughput(paths, settings, workers)
+            out["render_docs_per_s"][f"{mode}/{workers}"] = rate
+            print(f"render alone, {mode} mode, {workers} worker(s): {rate:.2f} documents/s")
+    ms = args.stand_in_ms / 1000
+    for mode, settings in modes.items():
+        per_worker = out["render_docs_per_s"][f"{mode}/1"]
+        for workers in (1, 2):
+            fig = pipeline_efficiency(paths, settings, workers, ms, work / f"standin-{mode}-{workers}", args.batch_size)
+            out["pipeline"][f"{mode}/{workers}"] = fig
+            print(
+                f"stand-in encoder {args.stand_in_ms:g} ms/image, {mode} mode, {workers} worker(s): "
+                f"{fig['docs_per_s']:.2f} documents/s of {fig['encoder_bound_docs_per_s']:.2f} encoder-bound "
+                f"-> efficiency {fig['efficiency']:.2f}"
+            )
+        bound = out["pipeline"][f"{mode}/1"]["encoder_bound_docs_per_s"]
+        needed = math.ceil(bound / per_worker) if per_worker > 0 else 0
+        out[f"workers_needed_{mode}"] = needed
+        print(f"  {mode} mode: one worker renders {per_worker:.2f} documents/s; the encoder takes {bound:.2f}: "
+              f"{needed} worker(s) keep it busy")
     return out
 
 
@@ -168,6 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--max-visual-tokens", type=int, default=None, help="visual tokens per image (both modes)")
     ap.add_argument("--docs", type=int, default=None, help="use only the first N documents (CPU runs at small scale)")
+    ap.add_argument("--workers", type=int, default=None, help="render workers in the end-to-end run (default: auto)")
+    ap.add_argument(
+        "--pipeline", action="store_true",
+        help="measure rendering alone (1 and 2 workers) and the pipeline with a fixed-cost stand-in encoder, then stop",
+    )
+    ap.add_argument("--stand-in-ms", type=float, default=25.0, help="the stand-in encoder's cost per image (ms)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("chromadb", "httpx", "transformers", "urllib3"):
@@ -182,6 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = _corpus_paths(args, work)
         if args.docs:
             paths = paths[: args.docs]
+        if args.pipeline:
+            figures = pipeline_report(args, paths, work)
+            if args.json:
+                print(json.dumps(figures, indent=2))
+            return 0
         model = args.model
         if model is None:
             from docpc_retrievers.testing.tiny_checkpoint import build_tiny_colqwen2
@@ -214,10 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         columns: dict[str, dict[str, float] | None] = {}
         if "grid" in modes:
             settings = IndexSettings(strategy=args.strategy, pages=args.pages)
-            columns["grid"] = measure(paths, encoder, settings, work / "grid", batch_size=args.batch_size)
+            columns["grid"] = measure(paths, encoder, settings, work / "grid", batch_size=args.batch_size, workers=args.workers)
         if "page" in modes:
             settings = IndexSettings(mode="page", strategy=args.strategy, pages=None)
-            columns["page"] = measure(paths, encoder, settings, work / "page", batch_size=args.batch_size)
+            columns["page"] = measure(paths, encoder, settings, work / "page", batch_size=args.batch_size, workers=args.workers)
         print(f"corpus: {len(paths)} PDFs; encoder: {encoder!r}")
         print(format_table(columns, mean_pages))
         if args.json:

@@ -143,8 +143,11 @@ class IndexSettings:
     grid per document (see :class:`GridSpec` for ``strategy``, ``grid``,
     ``cell_size``, ``seed``). Page mode encodes each selected page on its
     own (``pages=None``: every page), rendered into ``page_size``, which is
-    also the size of full-resolution pages for reranking. ``pool_factor``
-    pools each image's vectors before storage (1: off).
+    also the size of full-resolution pages for reranking; ``page_canvas``
+    centres each page on a white ``page_size`` canvas, as a grid centres pages
+    in its cells, so a page and a grid of the same size become the same number
+    of visual tokens and cost the same to encode. ``pool_factor`` pools each
+    image's vectors before storage (1: off).
     """
 
     strategy: str = "first"
@@ -155,6 +158,7 @@ class IndexSettings:
     mode: str = "grid"
     page_size: tuple[int, int] = DEFAULT_PAGE_SIZE
     pool_factor: int = DEFAULT_POOL_FACTOR
+    page_canvas: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.pool_factor, bool) or operator.index(self.pool_factor) < 1:
@@ -189,6 +193,7 @@ class IndexSettings:
             out["cell_size"] = list(self.cell_size)
         out["page_size"] = list(self.page_size)  # page mode, and full-resolution pages for reranking
         out["pool_factor"] = self.pool_factor
+        out["page_canvas"] = self.page_canvas
         return out
 
     @classmethod
@@ -205,6 +210,8 @@ class IndexSettings:
             mode=str(data.get("mode", "grid")),
             page_size=tuple(data.get("page_size", DEFAULT_PAGE_SIZE)),  # type: ignore[arg-type]
             pool_factor=int(data.get("pool_factor", 1)),  # recorded by every store since 0.2; 0.1 stores had none
+            # page-mode stores before 0.2 encoded bare pages; grid stores only rerank with it, at query time
+            page_canvas=bool(data.get("page_canvas", data.get("mode", "grid") != "page")),
         )
 
 

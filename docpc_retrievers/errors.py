@@ -28,6 +28,8 @@ PDFErrorKind = Literal[
     "empty",  # zero bytes, or zero pages
     "too_large",  # over the size or page-pixel limit
     "render_failed",  # opened but a selected page could not be rendered
+    "render_timeout",  # rendering took longer than the time limit (a render worker was stopped)
+    "render_crashed",  # the render worker died on it (MuPDF crashed)
     "changed",  # the source no longer holds the bytes that were indexed
 ]
 PDF_ERROR_KINDS: tuple[str, ...] = PDFErrorKind.__args__  # type: ignore[attr-defined]
@@ -79,3 +81,7 @@ class DocumentNotFoundError(StoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class ExplainUnavailableError(DocPCError):
+    """A match cannot be laid back onto the image: the encoder family or the stored record has no patch positions."""

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,17 @@ from PIL import Image
 
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
 from docpc_retrievers.documents.discovery import discover_pdfs, document_id
-from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
+from docpc_retrievers.documents.represent import RepresentedDocument
+from docpc_retrievers.documents.workers import (
+    DEFAULT_RENDER_TIMEOUT,
+    DEFAULT_WORKER_MEMORY,
+    Rendered,
+    RenderFailure,
+    RenderJob,
+    make_renderer,
+    render_document,
+)
 from docpc_retrievers.encoders import Encoder
-from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.store.grids import GridImageStore
@@ -78,11 +86,20 @@ class Indexer:
         progress: bool = False,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         on_file: Callable[[Path, str], None] | None = None,
+        workers: int | None = None,
+        render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
+        worker_memory: int | None = DEFAULT_WORKER_MEMORY,
     ) -> IndexReport:
         """Index PDF files and folders (recursively); ``on_file(path, outcome)`` sees each file's outcome.
 
         Outcomes are ``indexed``, ``skipped`` or ``failed``; the report also
-        carries the time spent per stage (``timings``: render, encode, pool, commit, total).
+        carries the time spent per stage (``timings``: render, encode, pool,
+        commit, total; render is summed over workers). ``workers`` render
+        processes (None: one per spare core, 0: render in this process) feed
+        the encoder; a document slower than ``render_timeout`` seconds, or
+        one that crashes its worker or needs more than ``worker_memory``
+        bytes, fails alone. Each batch is committed in the background while
+        the next one is encoded, in order, so a re-run resumes cleanly.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -91,20 +108,30 @@ class Indexer:
         report = IndexReport()
         pending: list[_Pending] = []
         seen_ids: set[str] = set()
-        bar = _progress(len(files), progress, "indexing")
+        rendered_bar = _progress(len(files), progress, "rendered", position=0)
+        committed_bar = _progress(len(files), progress, "committed", position=1)
+        job = RenderJob(self.settings, password, max_file_bytes)
+        renderer = make_renderer(job, workers=workers, render_timeout=render_timeout, memory_limit=worker_memory)
+        committer = _Committer()
         try:
-            for path in files:
-                outcome = self._prepare_one(path, password, max_file_bytes, seen_ids, report, pending)
+            for path, rendered in renderer.imap(files, self._plan):
+                outcome = self._take_one(job, path, rendered, seen_ids, report, pending)
+                if outcome != "indexed":
+                    committed_bar.update(1)
                 if len(pending) >= batch_size:
-                    self._commit(pending, report)
+                    self._encode_and_commit(pending, report, committer, committed_bar)
                     pending = []
                 if on_file is not None:
                     on_file(path, outcome)
-                bar.update(1)
+                rendered_bar.update(1)
             if pending:
-                self._commit(pending, report)
+                self._encode_and_commit(pending, report, committer, committed_bar)
+            committer.wait()
         finally:
-            bar.close()
+            renderer.close()
+            committer.close()
+            rendered_bar.close()
+            committed_bar.close()
             report.timings["total_s"] = time.perf_counter() - started
         logger.info(
             "indexed %d, skipped %d, failed %d of %d files",
@@ -115,18 +142,32 @@ class Indexer:
         )
         return report
 
-    def _prepare_one(
+    def _plan(self, path: Path) -> tuple[Path, str] | None:
+        """Whether a file needs rendering: ``(path, doc id)``, or None (already stored, or unreadable).
+
+        Runs ahead of :meth:`_take_one`; a copy of a file earlier in the same
+        run is rendered too and skipped when its turn comes, as sequentially.
+        """
+        try:
+            doc_id = document_id(path)
+        except OSError:
+            return None
+        if doc_id in self.store:
+            return None
+        return path, doc_id
+
+    def _take_one(
         self,
+        job: RenderJob,
         path: Path,
-        password: str | None,
-        max_file_bytes: int | None,
+        rendered: Rendered | None,
         seen_ids: set[str],
         report: IndexReport,
         pending: list[_Pending],
     ) -> str:
-        """Represent one file and queue it; returns its outcome."""
+        """Decide one file's outcome, in file order, from its rendering (None when none was needed)."""
         try:
-            doc_id = document_id(path)
+            doc_id = rendered.doc.doc_id if rendered is not None and rendered.doc is not None else document_id(path)
         except FileNotFoundError:
             report.failed.append(IndexFailure(str(path), f"{path}: file not found", "not_found"))
             return "failed"
@@ -142,19 +183,15 @@ class Indexer:
                 report.replaced.extend(stale)
             report.skipped.append(doc_id)
             return "skipped"
-        t0 = time.perf_counter()
-        try:
-            doc = represent_pdf(path, self.settings, password=password, max_file_bytes=max_file_bytes, doc_id=doc_id)
-        except PDFLoadError as exc:
-            logger.warning("skipping %s", exc)
-            report.failed.append(IndexFailure(exc.path, str(exc), exc.kind))
+        if rendered is None:  # stored when planned, gone now (deleted meanwhile): render it here
+            rendered = render_document(job, path, doc_id)
+        report.add_time("render_s", rendered.seconds)
+        if rendered.failure is not None or rendered.doc is None:
+            failure = rendered.failure or RenderFailure(str(path), "error", f"{path}: not rendered")
+            logger.warning("skipping %s", failure.message)
+            report.failed.append(IndexFailure(failure.path, failure.message, failure.kind))
             return "failed"
-        except (OSError, ValueError, RuntimeError) as exc:  # a broken file must not stop the batch
-            logger.warning("skipping %s: %s", path, exc)
-            report.failed.append(IndexFailure(str(path), f"{path}: {exc}", "error"))
-            return "failed"
-        finally:
-            report.add_time("render_s", time.perf_counter() - t0)
+        doc = rendered.doc
         seen_ids.add(doc_id)
         item = _Pending(doc, self._older_versions(path, doc_id))
         if doc.grid is not None and self.grids.store_grids:
@@ -165,15 +202,28 @@ class Indexer:
     def _older_versions(self, path: Path, doc_id: str) -> list[str]:
         return [i for i in self.store.ids(where={"source": str(path)}) if i != doc_id]
 
-    def _commit(self, batch: Sequence[_Pending], report: IndexReport) -> None:
-        """Encode a batch and write it to the store as one commit."""
+    def _encode_and_commit(
+        self, batch: Sequence[_Pending], report: IndexReport, committer: _Committer, bar: Any
+    ) -> None:
+        """Encode a batch here, then pool and write it in the background (after the previous batch's commit)."""
         encoder = self._encoder()
-        self.store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
         images = [img for p in batch for img in p.doc.images]
         t0 = time.perf_counter()
         encoded = encode_with_tokens(encoder, images)
         report.add_time("encode_s", time.perf_counter() - t0)
         report.images_encoded += len(images)
+        committer.submit(lambda: self._commit(list(batch), encoded, encoder, report, bar))
+
+    def _commit(
+        self,
+        batch: Sequence[_Pending],
+        encoded: Sequence[tuple[np.ndarray, TokenGrid | None]],
+        encoder: Encoder,
+        report: IndexReport,
+        bar: Any,
+    ) -> None:
+        """Pool an encoded batch and write it to the store as one commit."""
+        self.store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
         t0 = time.perf_counter()
         vectors, parts, anchors = self._pool(batch, encoded, encoder.model_id)
         report.add_time("pool_s", time.perf_counter() - t0)
@@ -193,6 +243,7 @@ class Indexer:
             report.replaced.extend(replaced)
         report.add_time("commit_s", time.perf_counter() - t0)
         report.indexed.extend(p.doc.doc_id for p in batch)
+        bar.update(len(batch))
         logger.info("committed %d documents (%d in this run)", len(batch), len(report.indexed))
 
     def _pool(
@@ -203,12 +254,20 @@ class Indexer:
         vectors: list[np.ndarray] = []
         parts: list[list[int] | None] = []
         anchors: list[np.ndarray | None] = []
+        # Pooling is CPU work (scipy clustering, ~60 ms per grid) that releases the GIL: spread it over the
+        # cores, or a GPU that encodes a grid in 40 ms would wait for it.
+        threads = max(1, min(len(encoded), (os.cpu_count() or 1)))
+        if factor > 1 and threads > 1:
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="docpc-pool") as executor:
+                all_pooled = list(executor.map(lambda e: pool_vectors(e[0], factor), encoded))
+        else:
+            all_pooled = [pool_vectors(e, factor) for e, _ in encoded]
         start = 0
         for p in batch:
             mine = encoded[start : start + len(p.doc.images)]
+            pooled = all_pooled[start : start + len(p.doc.images)]
             start += len(p.doc.images)
             p.doc.metadata["model"] = model_id
-            pooled = [pool_vectors(e, factor) for e, _ in mine]
             if p.doc.grid is not None:
                 token_grid = mine[0][1]
                 if token_grid is not None:
@@ -237,6 +296,37 @@ def encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[
     ]
 
 
+class _Committer:
+    """Runs commits one at a time on a background thread, in submission order.
+
+    At most one commit is in flight: :meth:`submit` first waits for the
+    previous one (and raises its error), so encoding overlaps exactly one
+    commit and an interrupted run has committed a prefix of its batches.
+    """
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        self._last: Future[None] | None = None
+
+    def submit(self, commit: Callable[[], None]) -> None:
+        self.wait()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docpc-commit")
+        self._last = self._executor.submit(commit)
+
+    def wait(self) -> None:
+        """Wait for the commit in flight; re-raise its error."""
+        last, self._last = self._last, None
+        if last is not None:
+            last.result()
+
+    def close(self) -> None:
+        """Let a commit in flight finish (what was encoded is kept), then stop the thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
 class _NullBar:
     def update(self, n: int = 1) -> None:
         pass
@@ -245,10 +335,10 @@ class _NullBar:
         pass
 
 
-def _progress(total: int, enabled: bool, desc: str) -> Any:
+def _progress(total: int, enabled: bool, desc: str, *, position: int = 0) -> Any:
     """A tqdm bar on stderr when enabled and stderr is a terminal, else a no-op."""
     if not enabled or not sys.stderr.isatty():
         return _NullBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="pdf", file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit="pdf", file=sys.stderr, position=position)

@@ -186,3 +186,32 @@ def make_pdf(path: Path, label: str, n_pages: int = 2) -> Path:
     finally:
         doc.close()
     return path
+
+
+def make_slow_pdf(path: Path, repeats: int = 100) -> Path:
+    """A tiny PDF that MuPDF renders for a long time: a form drawn 1,000 times, each drawing 1,000 rectangles,
+    ``repeats`` times over (about 0.6 s per repeat on one core). Hostile content streams like it exist."""
+    rects = b"".join(b"%d %d 2 2 re f\n" % (i % 500, (i // 500) % 700) for i in range(1000))
+    uses = b"/A Do\n" * 1000
+    page = b"/B Do\n" * repeats
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /XObject << /B 5 0 R >> >> /Contents 4 0 R >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(page), page),
+        b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /XObject << /A 6 0 R >> >> "
+        b"/Length %d >>\nstream\n%s\nendstream" % (len(uses), uses),
+        b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Length %d >>\nstream\n%s\nendstream" % (len(rects), rects),
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(out))
+    return path

@@ -31,6 +31,13 @@ def _pages(text: str) -> int:
     return positive_int(text)
 
 
+def _workers(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
 def register(sub: Any) -> None:
     """Add ``index`` and ``delete``."""
     from docpc_retrievers.documents.selection import STRATEGIES
@@ -48,6 +55,12 @@ def register(sub: Any) -> None:
     p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
     p.add_argument("--password", help="password for encrypted PDFs")
     p.add_argument("--commit-every", type=positive_int, default=8, help="documents per commit (default 8)")
+    p.add_argument(
+        "--workers", type=_workers, help="render processes (default: one per spare core; 0 renders in this process)"
+    )
+    p.add_argument(
+        "--render-timeout", type=float, default=60.0, help="seconds a document may take to render (default 60)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_index)
 
@@ -85,7 +98,12 @@ def run_index(args: argparse.Namespace) -> int:
         **store_kwargs(args),
     ) as index:
         report = index.add_pdfs(
-            args.paths, password=args.password, batch_size=args.commit_every, progress=not args.no_progress
+            args.paths,
+            password=args.password,
+            batch_size=args.commit_every,
+            progress=not args.no_progress,
+            workers=args.workers,
+            render_timeout=args.render_timeout,
         )
     if args.json:
         emit(report.to_dict())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +24,7 @@ from docpc_retrievers.documents.pdf import open_pdf
 from docpc_retrievers.documents.selection import select_document_pages
 from docpc_retrievers.errors import PDFLoadError
 
-__all__ = ["RepresentedDocument", "compose_pdf", "render_source_pages", "represent_pdf"]
+__all__ = ["RepresentedDocument", "checked_source", "compose_pdf", "render_source_pages", "represent_pdf"]
 
 
 @dataclass
@@ -81,6 +81,8 @@ def represent_pdf(
         texts = doc.text(selected)
         labels = info.page_labels
     grid = compose_grid(images, selected, shape=s.shape, cell_size=s.cell_size) if s.mode == "grid" else None
+    if grid is None and s.page_canvas:  # a 1x1 grid: the page centred on a page_size canvas
+        images = [compose_grid([img], [i], shape=(1, 1), cell_size=s.page_size).image for img, i in zip(images, selected)]
     stat = file_path.stat()
     metadata: dict[str, Any] = {
         "source": str(file_path),
@@ -131,17 +133,13 @@ def _index_settings(settings: IndexSettings | GridSpec | None) -> IndexSettings:
     return settings
 
 
-def render_source_pages(
-    doc_id: str, metadata: Mapping[str, Any], *, dpi: float | None = None, password: str | None = None
-) -> list[tuple[int, Image.Image, str]]:
-    """Render an indexed document's selected pages from its source PDF: ``(page number, image, text)``.
+def checked_source(doc_id: str, metadata: Mapping[str, Any]) -> Path:
+    """The source PDF of an indexed document, checked to hold the bytes that were indexed.
 
-    Page numbers are 1-based, in grid order. The source must still hold the
-    bytes that were indexed: when its size or mtime changed its content hash
-    is checked, and a different file raises :class:`PDFLoadError` (``changed``).
+    When its size or mtime changed, its content hash is compared: a different
+    file raises :class:`PDFLoadError` (``changed``), a missing one ``not_found``.
     """
     source = Path(str(metadata.get("source")))
-    numbers = [int(p) for p in metadata.get("selected_pages") or []]
     try:
         stat = source.stat()
     except OSError as exc:
@@ -150,11 +148,33 @@ def render_source_pages(
             "not_found",
             f"the source PDF of indexed document {doc_id} cannot be read ({exc}); restore it or re-index",
         ) from None
-    unchanged = stat.st_size == metadata.get("file_bytes") and stat.st_mtime == metadata.get("file_mtime")
+    recorded = metadata.get("file_mtime")
+    # Chroma keeps about 16 significant digits of a float: compare to the microsecond, not bit for bit
+    same_time = isinstance(recorded, (int, float)) and abs(stat.st_mtime - recorded) < 1e-5
+    unchanged = stat.st_size == metadata.get("file_bytes") and same_time
     if not unchanged and document_id(source) != doc_id:
         raise PDFLoadError(
             source, "changed", f"the file changed since it was indexed as {doc_id}; re-index it to see its current pages"
         )
+    return source
+
+
+def render_source_pages(
+    doc_id: str,
+    metadata: Mapping[str, Any],
+    *,
+    dpi: float | None = None,
+    password: str | None = None,
+    pages: Sequence[int] | None = None,
+) -> list[tuple[int, Image.Image, str]]:
+    """Render an indexed document's selected pages (or ``pages`` of them) from its source: ``(number, image, text)``.
+
+    Page numbers are 1-based, in grid order; see :func:`checked_source` for the checks on the source.
+    """
+    source = checked_source(doc_id, metadata)
+    numbers = [int(p) for p in metadata.get("selected_pages") or []]
+    if pages is not None:
+        numbers = [n for n in numbers if n in set(pages)]
     indices = [n - 1 for n in numbers]
     with open_pdf(source, password=password) as doc:
         images = doc.render(indices, dpi=dpi)

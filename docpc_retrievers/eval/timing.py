@@ -123,6 +123,7 @@ def timed_index_build(
     settings: Any,
     *,
     batch_size: int = 8,
+    workers: int | None = None,
 ) -> tuple[Any, IndexStats]:
     """Index ``paths`` into ``index_dir`` (creating or extending it); return the open index and this call's stats.
 
@@ -134,7 +135,7 @@ def timed_index_build(
 
     index = DocPCIndex(index_dir, encoder=encoder, settings=settings, writable=True)
     try:
-        report = index.add_pdfs(paths, batch_size=batch_size)
+        report = index.add_pdfs(paths, batch_size=batch_size, workers=workers)
     except BaseException:
         index.close()
         raise
