@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from docpc_retrievers.errors import (
     DocPCError,
     DocumentNotFoundError,
+    ExplainUnavailableError,
     ModelLoadError,
     ModelMismatchError,
     PDFLoadError,
@@ -56,6 +57,8 @@ _LAZY = {
     "SearchResult": "results",
     "maxsim": "scoring",
     "MultiVectorStore": "store",
+    "Explanation": "explain",
+    "Explainer": "explain",
 }
 
 __all__ = [
@@ -68,6 +71,9 @@ __all__ = [
     "Encoder",
     "EncoderOptions",
     "EvidencePage",
+    "ExplainUnavailableError",
+    "Explainer",
+    "Explanation",
     "GridLayout",
     "GridSpec",
     "Hit",
@@ -103,6 +109,7 @@ if TYPE_CHECKING:
     from docpc_retrievers.documents.represent import represent_pdf
     from docpc_retrievers.documents.selection import STRATEGIES, select_pages
     from docpc_retrievers.encoders import DEFAULT_MODEL, ColPaliEncoder, Encoder, load_encoder
+    from docpc_retrievers.explain import Explainer, Explanation
     from docpc_retrievers.index import DocPCIndex
     from docpc_retrievers.results import EvidencePage, Hit, IndexFailure, IndexReport, SearchResult
     from docpc_retrievers.scoring import maxsim

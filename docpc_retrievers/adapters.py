@@ -66,9 +66,10 @@ IMAGE_MIME_TYPE = "image/png"
 #: Resolution of page images rendered on demand (``return_images="pages"``).
 DEFAULT_PAGE_DPI = 144.0
 
-#: ``"grid"``: the stored grid; ``"pages"``: the selected pages rendered from the source PDF; None: no image.
-ReturnImages = Literal["grid", "pages"] | None
-RETURN_IMAGES: tuple[str | None, ...] = ("grid", "pages", None)
+#: ``"grid"``: the stored grid; ``"pages"``: the selected pages rendered from the source PDF; ``"evidence"``: the
+#: explanation's picture (the grid with the query's heat and outlined pages, PNG); None: no image.
+ReturnImages = Literal["grid", "pages", "evidence"] | None
+RETURN_IMAGES: tuple[str | None, ...] = ("grid", "pages", "evidence", None)
 
 #: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
 DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
@@ -105,7 +106,7 @@ class RetrieverOptions:
 
     def __post_init__(self) -> None:
         if self.return_images not in RETURN_IMAGES:
-            raise ValueError(f"return_images must be 'grid', 'pages' or None, got {self.return_images!r}")
+            raise ValueError(f"return_images must be 'grid', 'pages', 'evidence' or None, got {self.return_images!r}")
         if isinstance(self.page_dpi, bool) or not isinstance(self.page_dpi, (int, float)) or not self.page_dpi > 0:
             raise ValueError(f"page_dpi must be > 0, got {self.page_dpi!r}")
         if self.aggregate not in AGGREGATES:
@@ -316,6 +317,13 @@ def _hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverO
         pages = index.render_pages(result.id, dpi=options.page_dpi, password=options.password)
         return Hit(result, text, metadata, pages=[(n, png_bytes(image), t) for n, image, t in pages],
                    image_mime_type=IMAGE_MIME_TYPE)
+    if options.return_images == "evidence":
+        page_mode = result.metadata.get("mode") == "page"  # page pictures need a page; a grid's overlay needs none
+        explanation = result.explain(password=options.password, top_pages=1 if page_mode else 0)
+        picture = explanation.overlay or next((p.overlay for p in explanation.pages), None)
+        if picture is not None:
+            return Hit(result, text, metadata, image=png_bytes(picture), image_mime_type=IMAGE_MIME_TYPE)
+        return Hit(result, text, metadata)
     if options.return_images == "grid":
         if result.metadata.get("mode") == "page":
             _warn_page_mode(index)

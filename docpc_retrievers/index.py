@@ -1,8 +1,5 @@
-"""DocPCIndex: the one object users hold, a thin facade over indexing, search and the store.
-
-PDFs go in through :mod:`.indexing`, queries through :mod:`.search`
-(see docs/architecture.md); :mod:`.store` owns everything stored.
-"""
+"""DocPCIndex: the one object users hold, a thin facade over indexing (:mod:`.indexing`), search
+(:mod:`.search`), explanations (:mod:`.explain`) and the store (:mod:`.store`); see docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -23,6 +20,7 @@ from docpc_retrievers.documents.represent import compose_pdf, render_source_page
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.encoders.loader import EncoderLoader
 from docpc_retrievers.errors import DocumentNotFoundError
+from docpc_retrievers.explain import Explainer, Explanation
 from docpc_retrievers.indexing import Indexer
 from docpc_retrievers.rerank import PageReranker
 from docpc_retrievers.results import IndexReport, SearchResult
@@ -78,7 +76,8 @@ class DocPCIndex:
         self.settings: IndexSettings = settings or (IndexSettings.from_dict(recorded) if recorded else IndexSettings())
         self.grids = GridImageStore(self._store, self.settings, store_grids=store_grids)
         self._indexer = Indexer(self._store, self.grids, self.settings, lambda: self.encoder)
-        self._searcher = Searcher(self._store, self.layout, self.settings, lambda: self.encoder)
+        self.explainer = Explainer(self._store, self.grids, self.settings, lambda: self.encoder)
+        self._searcher = Searcher(self._store, self.layout, self.settings, lambda: self.encoder, self.explainer)
         self.last_report = IndexReport()
 
     @classmethod
@@ -91,17 +90,18 @@ class DocPCIndex:
         pages: int | None = None,
         password: str | None = None,
         progress: bool = False,
+        workers: int | None = None,
         **kwargs: Any,
     ) -> DocPCIndex:
         """Build or extend a (writable) index from PDF files and folders; failures go to :attr:`last_report`.
 
-        ``strategy`` and ``pages`` are shortcuts for ``settings``; other ``kwargs`` go to the constructor.
+        ``strategy``/``pages``: shortcuts for ``settings``; ``workers``: render processes; other ``kwargs``: the constructor.
         """
         if kwargs.get("settings") is None and (strategy is not None or pages is not None):
             kwargs["settings"] = IndexSettings(strategy=strategy or "first", pages=pages or 4)
         index = cls(path, writable=True, **kwargs)
         try:
-            index.add_pdfs(paths, password=password, progress=progress)
+            index.add_pdfs(paths, password=password, progress=progress, workers=workers)
         except BaseException:
             index.close()
             raise
@@ -157,11 +157,9 @@ class DocPCIndex:
     ) -> list[SearchResult]:
         """Rank documents for a text query, best first.
 
-        ``filters``: a Chroma ``where`` dict. ``aggregate``: page mode's MaxP
-        (``max``), AvgP (``mean``) or SumP (``sum``). ``rerank=True``: rescore the
-        top ``rerank_top_n`` (20) documents from up to ``page_budget`` (4) pages each
-        at full resolution, fused with weight ``grid_weight`` (0.5); ``password``
-        opens encrypted sources for that.
+        ``filters``: a Chroma ``where`` dict. ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or
+        SumP (``sum``). ``rerank=True``: rescore the top ``rerank_top_n`` (20) documents from up to ``page_budget``
+        (4) pages each at full resolution, fused with weight ``grid_weight`` (0.5); ``password`` opens sources.
         """
         options = SearchOptions.build(
             top_k, filters=filters, aggregate=aggregate, rerank=rerank, rerank_top_n=rerank_top_n,
@@ -219,14 +217,16 @@ class DocPCIndex:
         """Which cell of a document's grid holds which page, in pixels."""
         return GridLayout.from_dict(json.loads(self.metadata(doc_id)["layout"]))
 
-    def render_pages(
-        self, doc_id: str, *, dpi: float | None = None, password: str | None = None
-    ) -> list[tuple[int, Image.Image, str]]:
+    def render_pages(self, doc_id: str, *, dpi: float | None = None, password: str | None = None) -> list[tuple[int, Image.Image, str]]:
         """The document's selected pages rendered from its source PDF: ``(page number, image, text)``."""
         return render_source_pages(doc_id, self.metadata(doc_id), dpi=dpi, password=password)
 
     #: One PDF's grid as the index makes it, not stored: ``(document id, grid, metadata, text)``.
     compose_pdf = staticmethod(compose_pdf)
+
+    def explain(self, query: str, doc_id: str, **options: Any) -> Explanation:
+        """Why ``doc_id`` matched ``query``: token terms on the grid, page shares, overlay, crops (:meth:`Explainer.explain`)."""
+        return self.explainer.explain(query, doc_id, **options)
 
     def info(self) -> dict[str, Any]:
         """What the store holds and how it was built."""

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from docpc_retrievers.explain.explanation import Explanation
 
 
 __all__ = ["EvidencePage", "Hit", "IndexFailure", "IndexReport", "SearchResult"]
@@ -65,6 +70,71 @@ class SearchResult:
             selected_pages=list(metadata.get("selected_pages") or []),
             metadata=dict(metadata),
         )
+
+    def attach(self, query: str, explain: Callable[..., Explanation], preview: Callable[[str], bytes] | None = None) -> SearchResult:
+        """Remember the query and the index's explainer, so :meth:`explain` and notebooks can use them.
+
+        Kept outside the dataclass fields: equality, ``repr`` and ``dataclasses.replace`` ignore them.
+        """
+        object.__setattr__(self, "_query", query)
+        object.__setattr__(self, "_explain", explain)
+        object.__setattr__(self, "_preview", preview)
+        return self
+
+    def explain(self, **options: Any) -> Explanation:
+        """Why this hit matched its query (see :meth:`docpc_retrievers.DocPCIndex.explain` for ``options``)."""
+        explain = getattr(self, "_explain", None)
+        if explain is None:
+            from docpc_retrievers.errors import ExplainUnavailableError
+
+            raise ExplainUnavailableError(
+                f"result {self.id} does not come from a search (or was copied): call index.explain(query, doc_id)"
+            )
+        return explain(getattr(self, "_query"), self.id, result=self, **options)
+
+    def _preview_bytes(self) -> bytes | None:
+        preview = getattr(self, "_preview", None)
+        if preview is None:
+            return None
+        try:
+            return preview(self.id)
+        except Exception:  # a display must not raise: no preview stored, source gone, ...
+            return None
+
+    def _repr_png_(self) -> bytes | None:
+        """The grid preview, as PNG (Jupyter shows it under the result)."""
+        data = self._preview_bytes()
+        if data is None:
+            return None
+        import io
+
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            buf = io.BytesIO()
+            img.convert("RGB").save(buf, format="PNG")
+        return buf.getvalue()
+
+    def _repr_html_(self) -> str:
+        """A card: rank, score, title, source, evidence pages and the grid preview (when there is one)."""
+        import base64
+
+        e = html.escape
+        evidence = ", ".join(
+            f"p{ev.label or ev.page} {ev.share:.0%}" if ev.share is not None else f"p{ev.label or ev.page} {ev.score or 0:.3f}"
+            for ev in self.evidence_pages
+        )
+        parts = [
+            f"<div><b>#{self.rank}</b> {e(str(self.title or self.id))} &middot; score {self.score:.4f}"
+            + (f" (grid {self.grid_score:.4f}, reranked)" if self.reranked else ""),
+            f"<br><code>{e(str(self.source or ''))}</code> &middot; pages {e(str(self.selected_pages))}"
+            + (f" &middot; evidence {e(evidence)}" if evidence else ""),
+        ]
+        data = self._preview_bytes()
+        if data is not None:
+            mime = "image/webp" if data[:4] == b"RIFF" else "image/png"
+            parts.append(f'<br><img src="data:{mime};base64,{base64.b64encode(data).decode()}" style="max-width:480px">')
+        return "\n".join(parts) + "</div>"
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's ``--json`` form."""

@@ -19,6 +19,7 @@ import numpy as np
 from docpc_retrievers.config import IndexSettings, SearchOptions
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.explain.explainer import Explainer
 from docpc_retrievers.rerank import PageReranker, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
 from docpc_retrievers.scoring.evidence import TokenGrid, evidence_shares, token_pages
@@ -50,8 +51,10 @@ class Searcher:
         layout: StoreLayout,
         settings: IndexSettings,
         encoder: Callable[[], Encoder],
+        explainer: Explainer | None = None,
     ) -> None:
         self.store = store
+        self.explainer = explainer
         self.layout = layout
         self.settings = settings
         self._encoder = encoder
@@ -76,7 +79,10 @@ class Searcher:
                     results = rerank_results(
                         self.reranker, text, q, results, options.rerank_settings, options.password
                     )
-            out.append([replace(r, rank=rank) for rank, r in enumerate(results[: options.top_k], 1)])
+            ranked = [replace(r, rank=rank) for rank, r in enumerate(results[: options.top_k], 1)]
+            if self.explainer is not None:  # hits explain themselves and show their grid in notebooks
+                ranked = [r.attach(text, self.explainer.explain, self.explainer.grids.read_bytes) for r in ranked]
+            out.append(ranked)
         return out
 
     def with_evidence(self, hit: ScoredDocument, query: np.ndarray) -> SearchResult:

@@ -28,6 +28,16 @@ if ! "$VPY" "$ROOT/scripts/check_torch.py" --quiet 2>/dev/null; then
   pip_clean install --quiet --disable-pip-version-check -c "$CONSTRAINTS" torch torchvision
 fi
 
+# The HTML report test (docpc show) loads the report in a real headless browser:
+# Debian's Chromium and its driver, so nothing is downloaded at test time.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  echo "==> installing Chromium and ChromeDriver (Debian packages) for the report test"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -q chromium chromium-driver >/dev/null \
+    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q chromium chromium-driver >/dev/null; }
+fi
+
 echo "==> installing docpc-retrievers, its integrations and dev tools"
 packages=(-e "$ROOT[dev]")
 for pkg in "$ROOT"/integrations/*/; do

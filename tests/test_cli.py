@@ -68,7 +68,7 @@ class CorpusStore:
 @pytest.fixture(scope="module")
 def corpus_store(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> CorpusStore:
     store = tmp_path_factory.mktemp("cli_module") / "S"
-    run = run_docpc("index", CORPUS, "--store", store, "--model", tiny_checkpoint, "--json")
+    run = run_docpc("index", CORPUS, "--store", store, "--model", tiny_checkpoint, "--workers", "1", "--json")
     return CorpusStore(store, run)
 
 
@@ -136,9 +136,13 @@ def runs(
             "missing_model_index": ("index", new_pdf, "--store", work / "fresh", "--model", missing_model),
             "other_model_search": ("search", "anything", "--store", main, "--model", other_checkpoint),
             "strategy_change": ("index", new_pdf, "--store", stores["strategy_change"], "--strategy", "uniform"),
+            "workers2": (
+                "index", CORPUS, "--store", work / "workers2", "--model", tiny_checkpoint, "--workers", "2", "--json",
+            ),
         },
         work / "logs2",
     )
+    results["search_workers2"] = run_docpc("search", "anything", "--store", work / "workers2", "--top-k", "100", "--json")
     # Run after the parallel phase: it must find nothing left to delete.
     results["delete_path_again"] = run_docpc(
         "delete", relative_minimal, "--store", stores["delete_path"], cwd=CORPUS
@@ -175,6 +179,16 @@ def test_index_corpus_indexes_29_and_reports_2_failures(corpus_store: CorpusStor
     for path, reason in failed.items():
         assert str(path) in reason
     assert _count(corpus_store.path) == CORPUS_INDEXABLE
+
+
+def test_index_with_two_workers_reports_and_ranks_like_one(runs: Runs, corpus_store: CorpusStore) -> None:
+    one, two = corpus_store.run, runs["workers2"]
+    assert two.returncode == one.returncode == 3, two.describe()
+    assert two.json() == one.json()
+    searched = runs["search_workers2"]
+    assert searched.returncode == 0, searched.describe()
+    assert searched.json() == runs["search"].json()
+    assert len(searched.json()) == CORPUS_INDEXABLE
 
 
 def test_index_again_skips_all_29(runs: Runs) -> None:
@@ -369,7 +383,8 @@ def test_killed_index_run_keeps_commits_and_rerun_completes_without_duplicates(
     expected = sorted(document_id(f) for f in files)
     assert len(set(expected)) == len(files)
     store = tmp_path / "S"
-    args = ["index", tmp_path / "pdfs", "--store", store, "--model", tiny_checkpoint, "--commit-every", "1", "--json", "-v"]
+    args = ["index", tmp_path / "pdfs", "--store", store, "--model", tiny_checkpoint, "--commit-every", "1", "--workers", "2"]
+    args += ["--json", "-v"]
 
     argv = docpc_command() + [os.fspath(a) for a in args]
     log = tmp_path / "killed.log"
@@ -498,3 +513,93 @@ def test_eval_without_the_extra_names_it(tmp_path: Path) -> None:
     run = run_docpc("eval", str(tmp_path), "--systems", "bm25:all", env=env)
     assert run.returncode == 1, run.describe()
     assert "docpc-retrievers[eval]" in run.stderr and "Traceback" not in run.stderr, run.describe()
+
+
+# ----------------------------------------------------------------------------- docpc show
+
+SHOW_QUERY = "topology and geometry of surfaces"
+
+
+@dataclass
+class ShowRun:
+    report: Path
+    run: Run
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def show_run(corpus_store: CorpusStore, tmp_path_factory: pytest.TempPathFactory) -> ShowRun:
+    report = tmp_path_factory.mktemp("show") / "report.html"
+    started = time.monotonic()
+    run = run_docpc("show", SHOW_QUERY, "--store", corpus_store.path, "--top-k", "5", "--out", report, "--json")
+    return ShowRun(report, run, time.monotonic() - started)
+
+
+def test_show_writes_one_self_contained_report(show_run: ShowRun) -> None:
+    assert show_run.run.returncode == 0, show_run.run.describe()
+    hits = show_run.run.json()["hits"]
+    assert len(hits) == 5 and show_run.run.json()["written"] == [str(show_run.report)]
+    page = show_run.report.read_text(encoding="utf-8")
+    assert page.count('<section class="hit"') == 5
+    assert '<span id="hit-count">5</span>' in page
+    for hit in hits:
+        assert f'data-doc="{hit["id"]}"' in page
+    assert "<script" not in page.lower()
+    assert "http://" not in page and "https://" not in page  # nothing to fetch: every image is a data URI
+    assert page.count('src="data:image/') >= 5
+
+
+def _chromium() -> tuple[str, str] | None:
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+def test_show_report_loads_in_headless_chromium_with_every_image_decoded(show_run: ShowRun, tmp_path: Path) -> None:
+    found = _chromium()
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium and ChromeDriver are missing: scripts/setup.sh installs them")
+        pytest.skip("Chromium/ChromeDriver not installed (scripts/setup.sh installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = found[0]
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1100,1400"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(found[1]), options=options)  # local driver: nothing is downloaded
+    try:
+        driver.get(show_run.report.resolve().as_uri())
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]);"
+        )
+        sections = driver.execute_script("return document.querySelectorAll('section.hit').length;")
+        count = driver.execute_script("return document.getElementById('hit-count').textContent;")
+        assert driver.save_screenshot(str(tmp_path / "report.png"))
+    finally:
+        driver.quit()
+    expected = show_run.report.read_text(encoding="utf-8").count("<img")
+    assert len(images) == expected >= 5
+    assert all(complete and width > 0 and height > 0 for complete, width, height in images), images
+    assert sections == 5 and count == "5"
+
+
+def test_show_png_writes_each_hits_pictures(corpus_store: CorpusStore, tmp_path: Path) -> None:
+    from PIL import Image
+
+    run = run_docpc("show", SHOW_QUERY, "--store", corpus_store.path, "--top-k", "2", "--png", tmp_path / "png", "--json")
+    assert run.returncode == 0, run.describe()
+    written = [Path(p) for p in run.json()["written"]]
+    assert [p.name.split("-")[0] for p in written if p.name.endswith("overlay.png")] == ["01", "02"]
+    for path in written:
+        assert path.parent == tmp_path / "png"
+        with Image.open(path) as img:
+            assert img.width > 0
+
+
+def test_show_needs_exactly_one_output(corpus_store: CorpusStore, tmp_path: Path) -> None:
+    run = run_docpc("show", SHOW_QUERY, "--store", corpus_store.path)
+    assert run.returncode == 2 and "--out" in run.stderr

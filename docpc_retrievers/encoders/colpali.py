@@ -316,6 +316,23 @@ class ColPaliEncoder:
                 raise TypeError(f"queries[{i}] is {type(query).__name__}, expected str")
         return self._run_batches(list(queries), self._processor.process_queries, self._split_queries, batch_size)
 
+    def query_tokens(self, query: str) -> list[tuple[str, bool]]:
+        """Each row :meth:`encode_queries` returns for ``query``: its token text and whether it is one of the
+        query's own words (False for the prompt, special and augmentation tokens colpali-engine adds)."""
+        batch = self._processor.process_queries([query])
+        ids = batch["input_ids"][0].to("cpu").numpy()[self._keep_rows(batch, 0)].tolist()
+        tokenizer = self._processor.tokenizer
+        own = tokenizer(query, add_special_tokens=False)["input_ids"]
+        words = [False] * len(ids)
+        for start in range(len(ids) - len(own) + 1):  # the query's own tokens, as one run
+            if own and ids[start : start + len(own)] == own:
+                words[start : start + len(own)] = [True] * len(own)
+                break
+        else:
+            special = set(tokenizer.all_special_ids)
+            words = [i not in special for i in ids]
+        return [(tokenizer.decode([i]), w) for i, w in zip(ids, words)]
+
     def _run_batches(
         self,
         items: list[_T],

@@ -43,7 +43,8 @@ class DocPCRetriever(BaseRetriever):
     document id, ``page_content`` the text of the selected pages and ``metadata`` the stored keys
     (``source``, ``title``, ``total_pages``, ``selected_pages`` (1-based), ...) plus ``score``,
     ``rank``, ``evidence_pages``, after reranking ``reranked`` and ``grid_score``, and the image:
-    ``image_base64`` (the grid, lossless WebP) or, with ``return_images="pages"``, ``page_images_base64``,
+    ``image_base64`` (the grid, lossless WebP; the evidence picture, PNG, with ``return_images="evidence"``)
+    or, with ``return_images="pages"``, ``page_images_base64``,
     with ``image_mime_type``. ``invoke(query, k=..., filter=..., rerank=...)`` overrides per call.
     """
 
@@ -63,8 +64,9 @@ class DocPCRetriever(BaseRetriever):
     """Pages encoded per reranked document (core default 4)."""
     grid_weight: float | None = Field(default=None, ge=0.0, le=1.0)
     """Weight of the grid score in the fused score (core default 0.5)."""
-    return_images: Literal["grid", "pages"] | None = "grid"
-    """``"grid"``: the composed grid; ``"pages"``: the selected pages; None: no image."""
+    return_images: Literal["grid", "pages", "evidence"] | None = "grid"
+    """``"grid"``: the composed grid; ``"pages"``: the selected pages; ``"evidence"``: the grid with the
+    query's heat and outlined pages (PNG, why it matched); None: no image."""
     page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
     """Resolution of page images with ``return_images="pages"``."""
     persist_dir: str | None = None

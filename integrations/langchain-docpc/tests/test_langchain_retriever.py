@@ -189,6 +189,20 @@ def test_return_pages(corpus_index: DocPCIndex) -> None:
         assert same_pixels(decode_b64_image(b64), image)
 
 
+def test_return_evidence_puts_the_explanation_picture_in_metadata(corpus_index: DocPCIndex) -> None:
+    docs = DocPCRetriever(index=corpus_index, k=2, return_images="evidence").invoke(QUERIES[0])
+    assert len(docs) == 2
+    for doc in docs:
+        meta = doc.metadata
+        assert meta["image_mime_type"] == "image/png"
+        picture = decode_b64_image(meta["image_base64"])
+        expected = corpus_index.explain(QUERIES[0], doc.id, top_pages=0).overlay
+        assert expected is not None and same_pixels(picture, expected)
+        assert picture.size == corpus_index.grid_image(doc.id).size
+    default = DocPCRetriever(index=corpus_index, k=1).invoke(QUERIES[0])[0].metadata
+    assert default["image_mime_type"] == "image/webp"  # the default is still the stored grid
+
+
 def test_return_images_none(corpus_index: DocPCIndex) -> None:
     docs = DocPCRetriever(index=corpus_index, k=2, return_images=None).invoke(QUERIES[0])
     assert len(docs) == 2

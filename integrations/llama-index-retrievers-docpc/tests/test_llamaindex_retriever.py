@@ -192,6 +192,17 @@ def test_return_pages_renders_selected_pages(corpus_index: DocPCIndex) -> None:
     assert page_nodes[0].score == pytest.approx(grid_nodes[0].score)
 
 
+def test_return_evidence_makes_the_explanation_picture_the_node_image(corpus_index: DocPCIndex) -> None:
+    nodes = DocPCRetriever(corpus_index, similarity_top_k=2, return_images="evidence").retrieve(QUERIES[0])
+    assert len(nodes) == 2
+    for n in nodes:
+        assert n.node.image_mimetype == "image/png"
+        expected = corpus_index.explain(QUERIES[0], n.node.node_id, top_pages=0).overlay
+        assert expected is not None and same_pixels(decode_b64_image(n.node.image), expected)
+    default = DocPCRetriever(corpus_index, similarity_top_k=1).retrieve(QUERIES[0])[0].node
+    assert default.image_mimetype == "image/webp"  # the default is still the stored grid
+
+
 def test_return_images_none_gives_text_only(corpus_index: DocPCIndex) -> None:
     nodes = DocPCRetriever(corpus_index, similarity_top_k=2, return_images=None).retrieve(QUERIES[0])
     assert len(nodes) == 2

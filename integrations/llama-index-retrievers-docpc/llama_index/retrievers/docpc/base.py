@@ -49,7 +49,8 @@ class DocPCRetriever(BaseRetriever):
     (page-mode stores: ``max``, ``mean``, ``sum``); ``rerank`` with
     ``rerank_top_n``, ``page_budget``, ``grid_weight``; ``return_images``
     (``"grid"``, ``"pages"``: one node per selected page with id
-    ``<doc id>#page=<n>``, or None) and ``page_dpi``. ``password`` opens
+    ``<doc id>#page=<n>``, ``"evidence"``: the grid with the query's heat and
+    outlined pages as a PNG, or None) and ``page_dpi``. ``password`` opens
     encrypted sources; ``owns_index`` closes the index in :meth:`close`. Node
     metadata: the stored keys plus ``score``, ``rank``, ``evidence_pages`` and,
     after reranking, ``reranked`` and ``grid_score``.

@@ -1,0 +1,64 @@
+"""``docpc show``: search, then explain each hit as a self-contained HTML report or as PNG files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from docpc_retrievers.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_store_options,
+    emit,
+    encoder_options,
+    non_negative_int,
+    positive_int,
+    store_kwargs,
+)
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``show``."""
+    p = sub.add_parser("show", help="explain why documents matched: heat over the grid, page crops, an HTML report")
+    p.add_argument("query", help="the query text")
+    add_store_options(p)
+    p.add_argument("--top-k", type=non_negative_int, default=5, help="hits to explain (default 5)")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", type=Path, help="write one self-contained HTML report here")
+    out.add_argument("--png", type=Path, metavar="DIR", help="write each hit's pictures as PNG files under DIR")
+    p.add_argument("--pages", type=positive_int, default=2, help="top pages cropped per hit (default 2)")
+    p.add_argument("--rerank", action="store_true", help="rerank first and show the pages it scored")
+    p.add_argument("--dpi", type=float, default=144.0, help="resolution of the page crops (default 144)")
+    p.add_argument("--password", help="password for encrypted sources")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``docpc show``: prints where the report or pictures went (or JSON)."""
+    from docpc_retrievers.explain.report import report_html
+    from docpc_retrievers.index import DocPCIndex
+
+    if not args.query.strip():
+        raise UsageError("the query is empty")
+    if args.dpi <= 0:
+        raise UsageError("--dpi must be positive")
+    with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
+        results = index.search(args.query, args.top_k, rerank=args.rerank, password=args.password)
+        explained = [r.explain(top_pages=args.pages, dpi=args.dpi, password=args.password) for r in results]
+        model = index.model
+    written: list[str] = []
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report_html(args.query, explained, store=str(args.store), model=model), encoding="utf-8")
+        written.append(str(args.out))
+    else:
+        for rank, x in enumerate(explained, 1):
+            written += [str(p) for p in x.save(args.png, prefix=f"{rank:02d}-{x.doc_id[:12]}-")]
+    if args.json:
+        emit({"hits": [r.to_dict() for r in results], "written": written})
+    else:
+        print(f"{len(results)} hit(s) explained; wrote {', '.join(written) if written else 'nothing'}")
+    return EXIT_OK
