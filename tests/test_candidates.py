@@ -98,7 +98,7 @@ def test_queries_with_fewer_tokens_keep_more_candidates(tmp_path) -> None:  # ty
     from docpc_retrievers.store.multivector import CANDIDATE_TOKEN_BUDGET, MultiVectorStore
 
     with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=256) as store:
-        counts = {t: store._candidates(np.zeros((t, DIM), dtype=np.float32)) for t in (1, 10, 24, 40)}
-    assert counts[24] == counts[40] == 256
+        counts = {t: store._candidates(np.zeros((t, DIM), dtype=np.float32)) for t in (1, 10, 16, 24, 40)}
+    assert counts[16] == counts[24] == counts[40] == 256
     assert counts[10] == CANDIDATE_TOKEN_BUDGET // 10 > 256
     assert counts[1] == 4 * 256
