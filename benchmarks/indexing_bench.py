@@ -166,39 +166,76 @@ def pipeline_efficiency(
     }
 
 
+def pool_cost_ms(vectors: int = 760, repeats: int = 8) -> float:
+    """Milliseconds one core spends pooling one image's vectors at the default factor (colpali-engine's pooler)."""
+    import time
+
+    import numpy as np
+
+    from docpc_retrievers.config import DEFAULT_POOL_FACTOR
+    from docpc_retrievers.store.pooling import pool_vectors
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((vectors, 128)).astype(np.float32) for _ in range(repeats + 1)]
+    pool_vectors(arrays[0], DEFAULT_POOL_FACTOR)  # imports and first call outside the timing
+    t0 = time.perf_counter()
+    for a in arrays[1:]:
+        pool_vectors(a, DEFAULT_POOL_FACTOR)
+    return (time.perf_counter() - t0) / repeats * 1000
+
+
 def pipeline_report(args: argparse.Namespace, paths: Sequence[Path], work: Path) -> dict[str, Any]:
-    """Rendering alone with 1 and 2 workers, then the stand-in encoder's pipeline efficiency."""
+    """Rendering alone with 1 and 2 workers, the CPU a document costs, then the stand-in encoder's efficiency.
+
+    Efficiency is measured at each ``--stand-in-ms`` cost: at a GPU's 25 ms per image a 2-core machine
+    cannot keep up (pooling alone costs more CPU per grid), so a slower stand-in shows the overlap itself.
+    """
     import math
     import os
 
     from docpc_retrievers.index import IndexSettings
 
-    modes = {
+    every = {
         "grid": IndexSettings(strategy=args.strategy, pages=args.pages),
         "page": IndexSettings(mode="page", strategy=args.strategy, pages=None),
     }
-    out: dict[str, Any] = {"cores": os.cpu_count(), "render_docs_per_s": {}, "pipeline": {}}
+    modes = {m: every[m] for m in args.modes.split(",")}
+    cores = os.cpu_count() or 1
+    out: dict[str, Any] = {"cores": cores, "render_docs_per_s": {}, "pipeline": {}}
     for mode, settings in modes.items():
         for workers in (1, 2):
             rate = render_throughput(paths, settings, workers)
             out["render_docs_per_s"][f"{mode}/{workers}"] = rate
             print(f"render alone, {mode} mode, {workers} worker(s): {rate:.2f} documents/s")
-    ms = args.stand_in_ms / 1000
-    for mode, settings in modes.items():
+    pool_ms = pool_cost_ms()
+    out["pool_ms_per_image"] = pool_ms
+    print(f"pooling one image's 760 vectors (factor 2, one core): {pool_ms:.1f} ms")
+    costs = [float(c) for c in str(args.stand_in_ms).split(",")]
+    for ms in costs:
+        for mode, settings in modes.items():
+            for workers in (1, 2):
+                key = f"{mode}/{workers}/{ms:g}ms"
+                fig = pipeline_efficiency(paths, settings, workers, ms / 1000, work / f"standin-{key.replace('/', '-')}",
+                                          args.batch_size)
+                out["pipeline"][key] = fig
+                print(f"stand-in encoder {ms:g} ms/image, {mode} mode, {workers} worker(s): {fig['docs_per_s']:.2f} "
+                      f"documents/s of {fig['encoder_bound_docs_per_s']:.2f} encoder-bound -> efficiency {fig['efficiency']:.2f}")
+        unpooled = IndexSettings(strategy=args.strategy, pages=args.pages, pool_factor=1)
+        fig = pipeline_efficiency(paths, unpooled, 1, ms / 1000, work / f"standin-nopool-{ms:g}", args.batch_size)
+        out["pipeline"][f"grid/1/{ms:g}ms/no-pooling"] = fig
+        print(f"stand-in encoder {ms:g} ms/image, grid mode, 1 worker, pooling off: {fig['docs_per_s']:.2f} "
+              f"documents/s of {fig['encoder_bound_docs_per_s']:.2f} -> efficiency {fig['efficiency']:.2f}")
+    gpu_ms = costs[0]
+    for mode in modes:
         per_worker = out["render_docs_per_s"][f"{mode}/1"]
-        for workers in (1, 2):
-            fig = pipeline_efficiency(paths, settings, workers, ms, work / f"standin-{mode}-{workers}", args.batch_size)
-            out["pipeline"][f"{mode}/{workers}"] = fig
-            print(
-                f"stand-in encoder {args.stand_in_ms:g} ms/image, {mode} mode, {workers} worker(s): "
-                f"{fig['docs_per_s']:.2f} documents/s of {fig['encoder_bound_docs_per_s']:.2f} encoder-bound "
-                f"-> efficiency {fig['efficiency']:.2f}"
-            )
-        bound = out["pipeline"][f"{mode}/1"]["encoder_bound_docs_per_s"]
-        needed = math.ceil(bound / per_worker) if per_worker > 0 else 0
-        out[f"workers_needed_{mode}"] = needed
-        print(f"  {mode} mode: one worker renders {per_worker:.2f} documents/s; the encoder takes {bound:.2f}: "
-              f"{needed} worker(s) keep it busy")
+        images_per_doc = out["pipeline"][f"{mode}/1/{gpu_ms:g}ms"]["images"] / max(1, out["pipeline"][f"{mode}/1/{gpu_ms:g}ms"]["documents"])
+        bound = 1000 / (gpu_ms * images_per_doc)
+        workers = math.ceil(bound / per_worker) if per_worker > 0 else 0
+        pool_threads = math.ceil(pool_ms / gpu_ms)
+        out[f"workers_needed_{mode}"] = workers
+        out["pool_threads_needed"] = pool_threads
+        print(f"  {mode} mode at {gpu_ms:g} ms/image: the encoder takes {bound:.2f} documents/s; one render worker "
+              f"gives {per_worker:.2f}: {workers} worker(s); pooling needs {pool_threads} core(s) beside them")
     return out
 
 
@@ -291,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pipeline", action="store_true",
         help="measure rendering alone (1 and 2 workers) and the pipeline with a fixed-cost stand-in encoder, then stop",
     )
-    ap.add_argument("--stand-in-ms", type=float, default=25.0, help="the stand-in encoder's cost per image (ms)")
+    ap.add_argument("--stand-in-ms", default="25,250",
+                    help="the stand-in encoder's costs per image, ms, comma-separated (default 25 (an H100), 250)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("chromadb", "httpx", "transformers", "urllib3"):

@@ -111,7 +111,9 @@ class Indexer:
         rendered_bar = _progress(len(files), progress, "rendered", position=0)
         committed_bar = _progress(len(files), progress, "committed", position=1)
         job = RenderJob(self.settings, password, max_file_bytes)
-        renderer = make_renderer(job, workers=workers, render_timeout=render_timeout, memory_limit=worker_memory)
+        renderer = make_renderer(
+            job, workers=workers, render_timeout=render_timeout, memory_limit=worker_memory, ahead=2 * batch_size
+        )
         committer = _Committer()
         try:
             for path, rendered in renderer.imap(files, self._plan):
@@ -152,7 +154,7 @@ class Indexer:
             doc_id = document_id(path)
         except OSError:
             return None
-        if doc_id in self.store:
+        if self.store.known(doc_id):
             return None
         return path, doc_id
 
@@ -174,7 +176,7 @@ class Indexer:
         except OSError as exc:
             report.failed.append(IndexFailure(str(path), f"{path}: cannot read file: {exc}", "not_found"))
             return "failed"
-        if doc_id in seen_ids or doc_id in self.store:
+        if doc_id in seen_ids or self.store.known(doc_id):
             # The bytes are indexed already. If this path used to hold other
             # content, that older record is stale now: drop it.
             stale = self._older_versions(path, doc_id)

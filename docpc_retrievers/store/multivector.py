@@ -542,6 +542,19 @@ class MultiVectorStore:
         self._ensure_loaded()
         return doc_id in self._n
 
+    @_synchronized
+    def known(self, doc_id: str) -> bool:
+        """Whether a document is stored, as of this process's last look (no change-feed query).
+
+        What indexing asks per file: this process's own commits are always
+        known; a document another writer adds meanwhile is written again
+        (records are keyed by content, so that is harmless), and the feed
+        query ``in`` makes would cost a Chroma round trip per file.
+        """
+        if not self._loaded:
+            self._load()
+        return doc_id in self._n
+
     def _packed(self, ids: Sequence[str]) -> dict[str, bytes]:
         """Packed vectors from the cache, fetching what it lacks from Chroma (and caching it)."""
         out = self.cache.get_many(ids)
