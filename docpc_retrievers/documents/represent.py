@@ -174,7 +174,8 @@ def render_source_pages(
     source = checked_source(doc_id, metadata)
     numbers = [int(p) for p in metadata.get("selected_pages") or []]
     if pages is not None:
-        numbers = [n for n in numbers if n in set(pages)]
+        wanted = set(pages)
+        numbers = [n for n in numbers if n in wanted]
     indices = [n - 1 for n in numbers]
     with open_pdf(source, password=password) as doc:
         images = doc.render(indices, dpi=dpi)

@@ -27,8 +27,7 @@ from docpc_retrievers.explain.contributions import Box, TokenContribution, token
 from docpc_retrievers.explain.explanation import Explanation, PageCrop, PagePicture
 from docpc_retrievers.explain.pictures import crop_fraction, heat_overlay, hot_region, outline_pages
 from docpc_retrievers.results import SearchResult
-from docpc_retrievers.scoring.evidence import TokenGrid, evidence_shares, token_pages
-from docpc_retrievers.scoring.maxsim import maxsim_matches
+from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.store.grids import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 
@@ -95,10 +94,9 @@ class Explainer:
             "source": meta.get("source"), "notes": notes,
         }
         if meta.get("mode", "grid") == "page":
-            vectors, _ = self.store.vectors_with_anchors(doc_id)
             numbers = list(meta.get("selected_pages") or [])
-            split = np.split(vectors, np.cumsum(doc.parts)[:-1]) if len(doc.parts) == len(numbers) else []
-            stored = {p: float(maxsim_matches(q, v)[1].sum()) for p, v in zip(numbers, split)}
+            [hit] = self.store.search(q, 1, ids=[doc_id])  # exact MaxSim of every stored page, as search scores them
+            stored = dict(zip(numbers, hit.part_scores)) if len(hit.part_scores) == len(numbers) else {}
             order = sorted(stored, key=lambda p: (-stored[p], p))[:top_pages]
             pictures, crops = self._page_pictures(
                 doc_id, meta, order, q, labels, page_labels, canvas=self.settings.page_canvas, dpi=dpi,
@@ -141,9 +139,7 @@ class Explainer:
         contributions = token_contributions(
             q, vectors, grid, (layout.width, layout.height), anchors=anchors, labels=labels, layout=layout
         )
-        shares = {
-            p + 1: s for p, s in evidence_shares(q, vectors, grid, token_pages(layout, grid.rows, grid.cols), anchors).items()
-        }
+        shares = _page_shares(contributions)
         try:
             image = self.grids.image(doc_id)
         except (DocumentNotFoundError, PDFLoadError, OSError) as exc:
@@ -271,6 +267,17 @@ def _query_labels(encoder: Encoder, query: str, rows: int, notes: list[str]) -> 
         notes.append("the encoder does not name its query tokens: every token is drawn, prompt ones included")
         return None
     return list(labels)
+
+
+def _page_shares(contributions: Sequence[TokenContribution]) -> dict[int, float]:
+    """Each page's share of the positive terms (as :func:`~docpc_retrievers.scoring.evidence.evidence_shares`
+    computes it for search results, here from terms already matched)."""
+    total = sum(max(c.value, 0.0) for c in contributions)
+    credit: dict[int, float] = {}
+    for c in contributions:
+        if c.page is not None and c.value > 0:
+            credit[c.page] = credit.get(c.page, 0.0) + c.value
+    return {page: value / total for page, value in credit.items()} if total > 0 else {}
 
 
 def _page_labels(meta: Mapping[str, Any]) -> dict[int, str]:
