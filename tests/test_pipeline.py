@@ -159,6 +159,39 @@ def test_pool_hands_results_back_in_order_and_passes_unplanned_items_through(tmp
         assert rendered.doc.metadata["total_pages"] == 1 + int(path.stem[1:]) % 3
 
 
+def test_the_pool_renders_ahead_while_its_caller_is_busy(tmp_path: Path) -> None:
+    """While the caller encodes a batch, the workers go on rendering the documents planned after it."""
+    quick = make_pdf(tmp_path / "a.pdf", "first")
+    slow = [make_slow_pdf(tmp_path / f"s{i}.pdf", repeats=1) for i in range(3)]  # about 0.6 s each
+    job = RenderJob(IndexSettings(), None, None)
+    with RenderPool(job, 1, ahead=4) as pool:
+        results = pool.imap([quick, *slow], lambda p: (p, document_id(p)))
+        first = next(results)
+        assert first[1] is not None and first[1].doc is not None
+        time.sleep(4.0)  # the caller is busy (encoding) while the worker renders the three slow ones
+        t0 = time.perf_counter()
+        rest = list(results)
+        waited = time.perf_counter() - t0
+    rendering = sum(r.seconds for _, r in rest if r is not None)
+    assert [p for p, _ in rest] == slow and all(r is not None and r.doc is not None for _, r in rest)
+    assert rendering > 0.9  # they really were slow to render...
+    assert waited < 0.5 * rendering  # ...but were rendered while the caller was busy, not when it asked
+
+
+def test_render_workers_make_the_grid_previews(tmp_path: Path) -> None:
+    from docpc_retrievers.documents.preview import encode_grid
+
+    files = [make_pdf(tmp_path / f"d{i}.pdf", f"preview {i}", 2) for i in range(2)]
+    with RenderPool(RenderJob(IndexSettings(), None, None, previews=True), 1) as pool:
+        out = list(pool.imap(files, lambda p: (p, document_id(p))))
+    for _, rendered in out:
+        assert rendered is not None and rendered.doc is not None and rendered.doc.grid is not None
+        assert rendered.preview == encode_grid(rendered.doc.grid.image)  # the bytes the store would have made
+        assert rendered.preview_seconds > 0
+    with RenderPool(RenderJob(IndexSettings(mode="page"), None, None, previews=True), 1) as pool:
+        assert all(r is not None and r.preview is None for _, r in pool.imap(files, lambda p: (p, document_id(p))))
+
+
 def test_renderer_choices_and_bad_arguments() -> None:
     job = RenderJob(IndexSettings(), None, None)
     assert type(make_renderer(job, workers=0)).__name__ == "InlineRenderer"

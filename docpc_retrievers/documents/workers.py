@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from docpc_retrievers.config import IndexSettings
+from docpc_retrievers.documents.preview import encode_grid
 from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
 from docpc_retrievers.errors import PDFLoadError
 
@@ -70,11 +72,14 @@ class RenderFailure:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A document represented (``doc``) or not (``failure``), and the seconds its rendering took."""
+    """A document represented (``doc``) or not (``failure``), the seconds its rendering took, and its
+    grid preview (WebP bytes, when the job asks for previews) with the seconds that took."""
 
     doc: RepresentedDocument | None
     failure: RenderFailure | None
     seconds: float
+    preview: bytes | None = None
+    preview_seconds: float = 0.0
 
 
 def default_workers() -> int:
@@ -84,11 +89,16 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class RenderJob:
-    """What every document of a run is rendered with (sent once to each worker)."""
+    """What every document of a run is rendered with (sent once to each worker).
+
+    ``previews``: also encode each grid as the store's preview bytes, so that
+    CPU work runs in the workers rather than beside the encoder.
+    """
 
     settings: IndexSettings
     password: str | None
     max_file_bytes: int | None
+    previews: bool = False
 
 
 def render_document(job: RenderJob, path: Path, doc_id: str, memory_limit: int | None = None) -> Rendered:
@@ -105,7 +115,12 @@ def render_document(job: RenderJob, path: Path, doc_id: str, memory_limit: int |
         failure = RenderFailure(str(path), "too_large", f"{path}: rendering needed more than {limit}")
     except (OSError, ValueError, RuntimeError) as exc:  # a broken file must not stop the batch
         failure = RenderFailure(str(path), "error", f"{path}: {exc}")
-    return Rendered(doc, failure, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    if not job.previews or doc is None or doc.grid is None:
+        return Rendered(doc, failure, seconds)
+    t0 = time.perf_counter()
+    preview = encode_grid(doc.grid.image)
+    return Rendered(doc, failure, seconds, preview, time.perf_counter() - t0)
 
 
 class InlineRenderer:
@@ -270,7 +285,14 @@ class _Worker:
 
 
 class RenderPool:
-    """``workers`` render processes fed one document at a time, results handed back in submission order."""
+    """``workers`` render processes fed one document at a time, results handed back in submission order.
+
+    A feeder thread owns the workers: it hands out planned documents, collects
+    results and enforces the time limit while the caller is busy elsewhere
+    (encoding a batch), so rendering runs ahead instead of waiting for the
+    caller's next request. The caller only plans items and takes finished
+    ones, in order.
+    """
 
     def __init__(
         self,
@@ -290,15 +312,37 @@ class RenderPool:
         self.render_timeout = render_timeout
         self.memory_limit = memory_limit
         self.ahead = ahead or 4 * workers
-        self._pool: list[_Worker] = []
-        self._todo: deque[_Entry[Any]] = deque()
+        self._pool: list[_Worker] = []  # the feeder thread's alone
+        self._todo: deque[_Entry[Any]] = deque()  # shared: guarded by _cond
+        self._cond = threading.Condition()
+        self._feeder: threading.Thread | None = None
+        self._closing = False
+        self._error: BaseException | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self.replaced = 0
 
-    # ------------------------------------------------------------------ workers
+    # ------------------------------------------------------- the feeder thread
     def _spawn(self) -> _Worker:
         return _Worker(self._job, self.memory_limit)
 
+    def _feed(self) -> None:
+        """The feeder's loop: give queued documents to idle workers, wait for one to finish, repeat."""
+        try:
+            while True:
+                with self._cond:
+                    if self._closing:
+                        return
+                    self._dispatch()
+                self._wait()
+        except BaseException as exc:  # handed to the caller by imap
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
     def _dispatch(self) -> None:
+        """Give queued documents to idle workers, starting workers up to ``workers`` (holding ``_cond``)."""
         while self._todo:
             idle = next((w for w in self._pool if w.entry is None), None)
             if idle is not None and not idle.is_alive():  # died between documents
@@ -312,13 +356,19 @@ class RenderPool:
                 self._pool.append(idle)
             idle.give(self._todo.popleft())
 
+    def _finish(self, worker: _Worker, result: Rendered) -> None:
+        """Record the result of the worker's document and tell the caller."""
+        with self._cond:
+            if worker.entry is not None:
+                worker.entry.result = result
+            worker.entry = None
+            self._cond.notify_all()
+
     def _replace(self, worker: _Worker, failure: RenderFailure) -> None:
-        """Fail the worker's document, stop the worker, start another in its place."""
-        entry = worker.entry
-        if entry is not None:
-            entry.result = Rendered(None, failure, time.monotonic() - worker.started)
+        """Fail the worker's document, stop the worker, start another in its place (on the next dispatch)."""
+        if worker.entry is not None:
             logger.warning("%s", failure.message)
-        worker.entry = None
+        self._finish(worker, Rendered(None, failure, time.monotonic() - worker.started))
         worker.stop(kill=True)
         self._pool.remove(worker)
         self.replaced += 1
@@ -329,22 +379,34 @@ class RenderPool:
             result = worker.conn.recv()
         except (EOFError, OSError):
             return False
-        if worker.entry is not None:
-            worker.entry.result = result
-        worker.entry = None
+        self._finish(worker, result)
         return True
 
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):  # already awake (pipe full) or closed
+            pass
+
     def _wait(self) -> None:
-        """Block until some busy worker finishes, dies or runs out of time."""
+        """Block until some busy worker finishes, dies or runs out of time, or the caller queues work."""
         busy = [w for w in self._pool if w.entry is not None]
-        if not busy:
-            return
         timeout = None
-        if self.render_timeout is not None:
+        if busy and self.render_timeout is not None:
             timeout = max(0.0, min(w.started for w in busy) + self.render_timeout - time.monotonic())
         by_handle: dict[Any, _Worker] = {w.conn: w for w in busy}  # a dead worker's pipe reads as EOF
-        ready = wait(list(by_handle), timeout)
+        ready = wait([*by_handle, self._wake_r], timeout)
         for handle in ready:
+            if handle == self._wake_r:
+                self._drain_wake()
+                continue
             w = by_handle[handle]
             if w.entry is None or w not in self._pool:
                 continue
@@ -363,11 +425,22 @@ class RenderPool:
                 )
 
     # -------------------------------------------------------------------- public
+    def _submit(self, entry: _Entry[Any]) -> None:
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("this RenderPool is closed")
+            self._todo.append(entry)
+            if self._feeder is None:
+                self._feeder = threading.Thread(target=self._feed, name="docpc-render-feeder", daemon=True)
+                self._feeder.start()
+        self._wake()
+
     def imap(self, items: Iterable[T], plan: Callable[[T], tuple[Path, str] | None]) -> Iterator[tuple[T, Rendered | None]]:
         """For each item, in order: ``plan(item)`` gives ``(path, doc id)`` to render, or None to pass it through.
 
-        ``plan`` runs up to ``ahead`` items before their results are consumed,
-        so workers stay busy while the caller encodes.
+        ``plan`` runs (in the caller's thread) up to ``ahead`` items before
+        their results are consumed; the workers render them in the background
+        while the caller does other work between items.
         """
         source = iter(items)
         window: deque[_Entry[T]] = deque()
@@ -382,22 +455,36 @@ class RenderPool:
                 entry = _Entry(item, plan(item))
                 window.append(entry)
                 if entry.task is not None:
-                    self._todo.append(entry)
-            self._dispatch()
-            if window and window[0].done:
-                head = window.popleft()
-                yield head.item, head.result
-                continue
+                    self._submit(entry)
             if not window:
                 return
-            self._wait()
+            head = window[0]
+            with self._cond:
+                while not head.done and self._error is None:
+                    self._cond.wait()
+                if self._error is not None and not head.done:
+                    raise RuntimeError(f"the render pool failed: {self._error}") from self._error
+            window.popleft()
+            yield head.item, head.result
 
     def close(self) -> None:
-        """Stop every worker (documents still queued are dropped)."""
-        self._todo.clear()
+        """Stop the feeder and every worker (documents still queued are dropped)."""
+        with self._cond:
+            self._closing = True
+            self._todo.clear()
+            feeder, self._feeder = self._feeder, None
+        self._wake()
+        if feeder is not None:
+            feeder.join()
         for w in self._pool:
             w.stop(kill=w.entry is not None)
         self._pool = []
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
 
     def __enter__(self) -> RenderPool:
         return self

@@ -1,10 +1,9 @@
 """Grid previews: each document's composed grid, kept in the store as lossless WebP.
 
-Lossless so that small text stays exactly as the encoder saw it; WebP
-because it is 5-13x smaller than PNG on grids of text pages (measured on the
-sample corpus: 24-25 KB against 205-314 KB for a 2x2 grid). Encoded in the
-background while the next documents render and encode; committed with the
-document's record, so a record never exists without its preview.
+The bytes come from :func:`docpc_retrievers.documents.preview.encode_grid`,
+made in the render workers while indexing (or here, in background threads,
+when rendering runs in-process); committed with the document's record, so a
+record never exists without its preview.
 """
 
 from __future__ import annotations
@@ -15,20 +14,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from PIL import Image
 
 from docpc_retrievers.config import IndexSettings
+from docpc_retrievers.documents.preview import GRID_MIME_TYPE, encode_grid
 from docpc_retrievers.documents.represent import represent_pdf
 from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.store.multivector import MultiVectorStore
 
 __all__ = ["GRID_MIME_TYPE", "GridImageStore", "encode_grid"]
-
-GRID_MIME_TYPE = "image/webp"
-
-
-def encode_grid(image: Image.Image) -> bytes:
-    """A grid image as lossless WebP bytes."""
-    buf = io.BytesIO()
-    image.save(buf, format="WEBP", lossless=True, quality=80, method=4)
-    return buf.getvalue()
 
 
 class GridImageStore:
