@@ -54,7 +54,8 @@ class _Pending:
     """A document represented and waiting to be encoded in a batch."""
 
     doc: RepresentedDocument
-    replaces: list[str]
+    source: str
+    """The path as given to the run: older records with this ``source`` are replaced when this one is committed."""
     grid_bytes: bytes | Future[bytes] | None = None
     """The preview: made by the render worker, or being made in a background thread (rendering in-process)."""
 
@@ -200,7 +201,7 @@ class Indexer:
             return "failed"
         doc = rendered.doc
         seen_ids.add(doc_id)
-        item = _Pending(doc, self._older_versions(path, doc_id))
+        item = _Pending(doc, str(path))
         if doc.grid is not None and self.grids.store_grids:
             item.grid_bytes = rendered.preview if rendered.preview is not None else self.grids.encode_later(doc.grid.image)
         pending.append(item)
@@ -235,6 +236,9 @@ class Indexer:
         vectors, parts, anchors = self._pool(batch, encoded, encoder.model_id)
         report.add_time("pool_s", time.perf_counter() - t0)
         t0 = time.perf_counter()
+        # Older versions of these paths, found with one query per batch here (off the encoding thread).
+        older = self.store.ids_by_source([p.source for p in batch])
+        replaced = [old for p in batch for old in older.get(p.source, []) if old != p.doc.doc_id]
         self.store.add(
             [p.doc.doc_id for p in batch],
             vectors,
@@ -244,7 +248,6 @@ class Indexer:
             anchors=anchors,
             grids=[p.grid_bytes.result() if isinstance(p.grid_bytes, Future) else p.grid_bytes for p in batch],
         )
-        replaced = [old for p in batch for old in p.replaces]
         if replaced:
             self.delete(replaced)
             report.replaced.extend(replaced)

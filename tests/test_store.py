@@ -147,6 +147,18 @@ def test_update_metadata_keeps_vectors(tmp_path: Path) -> None:
             store.update_metadata(["zzz"], [{"title": "x"}])
 
 
+def test_ids_by_source_answers_a_whole_batch_of_paths_at_once(tmp_path: Path) -> None:
+    ids, docs = _fill(tmp_path / "s", n=6)
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(["d001-v2"], [docs[0]], [_meta(1)])  # a second version of /docs/1.pdf
+        assert store.ids_by_source([]) == {}
+        assert store.ids_by_source(["/docs/2.pdf"]) == {"/docs/2.pdf": ["d002"]}
+        found = store.ids_by_source(["/docs/1.pdf", "/docs/4.pdf", "/docs/none.pdf", "/docs/4.pdf"])
+        assert {k: sorted(v) for k, v in found.items()} == {"/docs/1.pdf": ["d001", "d001-v2"], "/docs/4.pdf": ["d004"]}
+        store.delete(["d004"])
+        assert store.ids_by_source(["/docs/4.pdf"]) == {}
+
+
 def test_filters_restrict_candidates(tmp_path: Path) -> None:
     ids, docs = _fill(tmp_path / "s", n=20)
     q = _query(docs[3])

@@ -113,6 +113,10 @@ class StoreEngine(Protocol):
         """Payload bytes of one kind (``v``, ``g``, ``t``) by document id, for those that have it."""
         ...
 
+    def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
+        """Ids of the documents whose ``source`` is one of ``sources``, by source (one query for all)."""
+        ...
+
     def changes(self, since: int, *, skip: set[str] | frozenset[str] = frozenset()) -> list[Change]:
         """Commits with a sequence number after ``since`` (minus a look-back), oldest first, except ``skip``."""
         ...
@@ -334,6 +338,19 @@ class ChromaEngine:
         """Document ids, optionally those matching a Chroma ``where`` filter."""
         got = self.docs.get(where=dict(where) if where else None, include=[])
         return list(got["ids"])
+
+    @_translated
+    def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
+        """Ids of the documents whose ``source`` is one of ``sources``, by source (one query for all)."""
+        wanted = sorted(set(sources))
+        if not wanted:
+            return {}
+        where = {"source": wanted[0]} if len(wanted) == 1 else {"source": {"$in": wanted}}
+        got = self.docs.get(where=where, include=["metadatas"])
+        out: dict[str, list[str]] = {}
+        for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
+            out.setdefault(str((meta or {}).get("source")), []).append(doc_id)
+        return out
 
     @_translated
     def texts(self, ids: Sequence[str]) -> dict[str, str]:

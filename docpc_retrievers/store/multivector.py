@@ -538,6 +538,13 @@ class MultiVectorStore:
         return [i for i in self.engine.ids(where) if i in self._n]
 
     @_synchronized
+    def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
+        """Stored document ids by source path, for ``sources`` (one Chroma query, however many paths)."""
+        self._ensure_loaded()
+        found = self.engine.ids_by_source(sources)
+        return {src: kept for src, ids in found.items() if (kept := [i for i in ids if i in self._n])}
+
+    @_synchronized
     def __contains__(self, doc_id: object) -> bool:
         self._ensure_loaded()
         return doc_id in self._n
