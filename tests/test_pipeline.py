@@ -87,6 +87,37 @@ def test_workers_give_the_same_store_and_report_as_rendering_in_process(
     assert par.timings["render_s"] > 0 and par.timings["commit_s"] > 0
 
 
+def test_page_mode_feeds_the_encoder_full_batches_of_pages_and_commits_whole_documents_in_order(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [make_pdf(tmp_path / f"d{i}.pdf", f"pages {i}", n) for i, n in enumerate((2, 4, 1))]
+    settings = IndexSettings(mode="page", pages=None)
+    stored = {}
+    for batch_size in (3, 100):
+        calls: list[int] = []
+        real = ColPaliEncoder.encode_images_with_info
+
+        def recording(self, images, *, batch_size=None, _real=real, _calls=calls):  # type: ignore[no-untyped-def]
+            _calls.append(len(images))
+            return _real(self, images, batch_size=batch_size)
+
+        monkeypatch.setattr(ColPaliEncoder, "encode_images_with_info", recording)
+        clear_chroma_cache()
+        with DocPCIndex(tmp_path / f"b{batch_size}", encoder=tiny_encoder, settings=settings, writable=True) as index:
+            order: list[str] = []
+            report = index.add_pdfs(files, batch_size=batch_size, workers=1, on_file=lambda p, o: order.append(p.name))
+            assert report.indexed == [document_id(f) for f in files]  # committed in file order
+            assert report.images_encoded == 7
+            stored[batch_size] = {d: (index.store.get([d])[0].parts, index.store.vectors(d)) for d in report.indexed}
+        assert calls == ([3, 3, 1] if batch_size == 3 else [7])  # full batches of pages across documents
+        monkeypatch.undo()
+    for doc_id, (parts, vectors) in stored[100].items():
+        split_parts, split_vectors = stored[3][doc_id]
+        assert len(split_parts) == len(parts) == {0: 2, 1: 4, 2: 1}[[document_id(f) for f in files].index(doc_id)]
+        assert split_vectors.shape == vectors.shape
+        assert abs(split_vectors - vectors).max() < 0.02  # within int8 steps: each page's own vectors
+
+
 def test_a_hanging_document_times_out_alone(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
     good = [make_pdf(tmp_path / "pdfs" / f"b{i}.pdf", f"good document {i}") for i in range(3)]
     slow = make_slow_pdf(tmp_path / "pdfs" / "a-slow.pdf", repeats=100)  # about a minute of rendering

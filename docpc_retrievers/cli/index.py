@@ -54,7 +54,11 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="seed for the random and cluster strategies (default 0)")
     p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
     p.add_argument("--password", help="password for encrypted PDFs")
-    p.add_argument("--commit-every", type=positive_int, default=8, help="documents per commit (default 8)")
+    p.add_argument(
+        "--commit-every", type=positive_int, default=8,
+        help="images per encoder call and documents per commit (default 8; page mode commits the documents "
+        "whose pages are all encoded)",
+    )
     p.add_argument(
         "--workers", type=_workers, help="render processes (default: one per spare core; 0 renders in this process)"
     )
