@@ -143,7 +143,7 @@ def render_workers() -> list[int]:
         except OSError:
             continue
         ppid = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
-        if ppid == str(os.getpid()) and "documents.workers import serve" in cmdline:
+        if ppid == str(os.getpid()) and "documents.rendering import serve" in cmdline:
             pids.append(int(entry.name))
     return sorted(pids)
 
