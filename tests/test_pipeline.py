@@ -175,6 +175,7 @@ def test_a_worker_killed_by_a_signal_fails_its_document_alone(tmp_path: Path, ti
     assert [(Path(f.path), f.kind) for f in report.failed] == [(slow, "render_crashed")]
     assert "SIGKILL" in report.failed[0].reason and str(slow) in report.failed[0].reason
     assert stored == sorted(report.indexed) == sorted(document_id(p) for p in good)  # rendered by the new worker
+    assert _pixel_files() == []
 
 
 def test_pool_hands_results_back_in_order_and_passes_unplanned_items_through(tmp_path: Path) -> None:
@@ -221,6 +222,33 @@ def test_render_workers_make_the_grid_previews(tmp_path: Path) -> None:
         assert rendered.preview_seconds > 0
     with RenderPool(RenderJob(IndexSettings(mode="page"), None, None, previews=True), 1) as pool:
         assert all(r is not None and r.preview is None for _, r in pool.imap(files, lambda p: (p, document_id(p))))
+
+
+def _pixel_files() -> list[str]:
+    from docpc_retrievers.documents.rendering import SPOOL_DIR, spool_prefix
+
+    prefix = spool_prefix(os.getpid())
+    return [n for n in os.listdir(SPOOL_DIR) if n.startswith(prefix)] if os.path.isdir(SPOOL_DIR) else []
+
+
+def test_rendered_pixels_come_back_exactly_and_leave_no_files(tmp_path: Path) -> None:
+    from docpc_retrievers.documents.rendering import detach_pixels, render_document
+
+    files = [make_pdf(tmp_path / f"d{i}.pdf", f"pixels {i}", 3) for i in range(2)]
+    for settings in (IndexSettings(), IndexSettings(mode="page", pages=None)):
+        job = RenderJob(settings, None, None)
+        with RenderPool(job, 1) as pool:
+            out = list(pool.imap(files, lambda p: (p, document_id(p))))
+        for path, rendered in out:
+            here = render_document(job, path, document_id(path))
+            assert rendered is not None and rendered.doc is not None and here.doc is not None
+            assert [(i.mode, i.size, i.tobytes()) for i in rendered.doc.images] == [
+                (i.mode, i.size, i.tobytes()) for i in here.doc.images
+            ]
+            assert len(rendered.doc.images) == (1 if settings.mode == "grid" else 3)
+        assert _pixel_files() == []
+    here = render_document(RenderJob(IndexSettings(), None, None), files[0], document_id(files[0]))
+    assert detach_pixels(here, None, "unused") == (here, None)  # no spool: the pixels travel with the result
 
 
 def test_renderer_choices_and_bad_arguments() -> None:

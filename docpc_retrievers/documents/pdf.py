@@ -14,12 +14,11 @@ import math
 import operator
 import os
 import threading
-from collections.abc import Callable
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
 from types import TracebackType
-from functools import wraps
 from typing import Any, TypeVar
 
 import pymupdf

@@ -34,10 +34,13 @@ from typing import Any, Generic, TypeVar
 
 from docpc_retrievers.documents.rendering import (
     DEFAULT_WORKER_MEMORY,
+    SPOOL_DIR,
     Rendered,
     RenderFailure,
     RenderJob,
+    attach_pixels,
     render_document,
+    spool_prefix,
 )
 
 __all__ = [
@@ -261,15 +264,22 @@ class RenderPool:
             logger.warning("%s", failure.message)
         self._finish(worker, Rendered(None, failure, time.monotonic() - worker.started))
         worker.stop(kill=True)
+        _remove_pixel_files(spool_prefix(os.getpid(), worker.process.pid))
         self._pool.remove(worker)
         self.replaced += 1
 
     def _receive(self, worker: _Worker) -> bool:
         """Take a finished result from ``worker``; False when its pipe broke (the worker died)."""
         try:
-            result = worker.conn.recv()
+            light, pixels = worker.conn.recv()
         except (EOFError, OSError):
             return False
+        try:
+            result = attach_pixels(light, pixels)
+        except OSError as exc:
+            path = str(worker.entry.task[0]) if worker.entry is not None and worker.entry.task else "?"
+            failure = RenderFailure(path, "render_crashed", f"{path}: its rendered pages could not be read back: {exc}")
+            result = Rendered(None, failure, light.seconds)
         self._finish(worker, result)
         return True
 
@@ -370,6 +380,7 @@ class RenderPool:
         for w in self._pool:
             w.stop(kill=w.entry is not None)
         self._pool = []
+        _remove_pixel_files(spool_prefix(os.getpid()))  # those of results never taken
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
@@ -382,6 +393,19 @@ class RenderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_pixel_files(prefix: str) -> None:
+    """Remove the pixel files a killed worker or a closed pool left in the spool."""
+    try:
+        names = [n for n in os.listdir(SPOOL_DIR) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(SPOOL_DIR, name))
+        except OSError:
+            pass
 
 
 def make_renderer(
