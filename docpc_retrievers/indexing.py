@@ -62,6 +62,8 @@ class _Pending:
     """The preview: made by the render worker, or being made in a background thread (rendering in-process)."""
     encoded: list[tuple[np.ndarray, TokenGrid | None]] = field(default_factory=list)
     """Its images encoded so far (page mode: a document's pages may span two encoder calls)."""
+    pooled: list[Future[tuple[np.ndarray, np.ndarray | None]]] = field(default_factory=list)
+    """Each encoded image's pooling, started as soon as it was encoded (the commit collects them)."""
 
     @property
     def complete(self) -> bool:
@@ -86,6 +88,7 @@ class Indexer:
         self.grids = grids
         self.settings = settings
         self._encoder = encoder
+        self._pooler = ThreadPoolExecutor(max_workers=1)  # replaced by each add_pdfs run (threads start on use)
 
     def add_pdfs(
         self,
@@ -127,6 +130,9 @@ class Indexer:
             job, workers=workers, render_timeout=render_timeout, memory_limit=worker_memory, ahead=2 * batch_size
         )
         committer = _Committer()
+        # Pooling is CPU work (scipy clustering, ~60 ms an image) that releases the GIL: each image is pooled
+        # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
+        self._pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
         try:
             for path, rendered in renderer.imap(files, self._plan):
                 outcome = self._take_one(job, path, rendered, seen_ids, report, pending)
@@ -141,6 +147,7 @@ class Indexer:
         finally:
             renderer.close()
             committer.close()
+            self._pooler.shutdown(wait=True)
             rendered_bar.close()
             committed_bar.close()
             report.timings["total_s"] = time.perf_counter() - started
@@ -253,6 +260,7 @@ class Indexer:
             report.images_encoded += len(take)
             for (p, _), item in zip(take, encoded):
                 p.encoded.append(item)
+                p.pooled.append(self._pooler.submit(pool_vectors, item[0], self.settings.pool_factor))
 
     def _commit(
         self,
@@ -292,18 +300,10 @@ class Indexer:
         self, batch: Sequence[_Pending], encoded: Sequence[tuple[np.ndarray, TokenGrid | None]], model_id: str
     ) -> tuple[list[np.ndarray], list[list[int] | None], list[np.ndarray | None]]:
         """Per document: its (pooled) vectors, its parts (page mode) and the anchors of pooled rows."""
-        factor = self.settings.pool_factor
         vectors: list[np.ndarray] = []
         parts: list[list[int] | None] = []
         anchors: list[np.ndarray | None] = []
-        # Pooling is CPU work (scipy clustering, ~60 ms per grid) that releases the GIL: spread it over the
-        # cores, or a GPU that encodes a grid in 40 ms would wait for it.
-        threads = max(1, min(len(encoded), (os.cpu_count() or 1)))
-        if factor > 1 and threads > 1:
-            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="docpc-pool") as executor:
-                all_pooled = list(executor.map(lambda e: pool_vectors(e[0], factor), encoded))
-        else:
-            all_pooled = [pool_vectors(e, factor) for e, _ in encoded]
+        all_pooled = [f.result() for p in batch for f in p.pooled]
         start = 0
         for p in batch:
             mine = encoded[start : start + len(p.doc.images)]
