@@ -251,6 +251,26 @@ def test_rendered_pixels_come_back_exactly_and_leave_no_files(tmp_path: Path) ->
     assert detach_pixels(here, None, "unused") == (here, None)  # no spool: the pixels travel with the result
 
 
+def test_a_new_pool_removes_pixel_files_left_by_a_pool_that_died(tmp_path: Path) -> None:
+    from docpc_retrievers.documents.rendering import SPOOL_DIR, spool_prefix
+
+    if not os.path.isdir(SPOOL_DIR) or not os.path.isdir("/proc"):
+        pytest.skip("needs /dev/shm and /proc (Linux)")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a process that has exited: a pool that died
+    gone.wait()
+    orphan = Path(SPOOL_DIR) / f"{spool_prefix(gone.pid, 1)}1.raw"
+    mine = Path(SPOOL_DIR) / f"{spool_prefix(os.getpid(), 1)}1.raw"
+    orphan.write_bytes(b"x")
+    mine.write_bytes(b"x")
+    try:
+        RenderPool(RenderJob(IndexSettings(), None, None), 1)
+        assert not orphan.exists()
+        assert mine.exists()  # a live pool's files are its own to remove
+    finally:
+        orphan.unlink(missing_ok=True)
+        mine.unlink(missing_ok=True)
+
+
 def test_renderer_choices_and_bad_arguments() -> None:
     job = RenderJob(IndexSettings(), None, None)
     assert type(make_renderer(job, workers=0)).__name__ == "InlineRenderer"

@@ -216,6 +216,7 @@ class RenderPool:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.replaced = 0
+        _remove_orphaned_pixel_files()
 
     # ------------------------------------------------------- the feeder thread
     def _spawn(self) -> _Worker:
@@ -393,6 +394,21 @@ class RenderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_orphaned_pixel_files() -> None:
+    """Remove pixel files whose pool process is gone (a run killed with results in flight left them)."""
+    if not os.path.isdir("/proc"):  # no way to tell a live pool from a dead one here
+        return
+    try:
+        names = os.listdir(SPOOL_DIR)
+    except OSError:
+        return
+    start = len(spool_prefix(0)) - len("0-")  # "docpc-pixels-": the pool's pid follows
+    for name in names:
+        owner = name[start:].split("-", 1)[0] if name.startswith(spool_prefix(0)[:start]) else ""
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+            _remove_pixel_files(spool_prefix(int(owner)))
 
 
 def _remove_pixel_files(prefix: str) -> None:
