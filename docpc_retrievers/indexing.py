@@ -88,7 +88,6 @@ class Indexer:
         self.grids = grids
         self.settings = settings
         self._encoder = encoder
-        self._pooler = ThreadPoolExecutor(max_workers=1)  # replaced by each add_pdfs run (threads start on use)
 
     def add_pdfs(
         self,
@@ -132,22 +131,22 @@ class Indexer:
         committer = _Committer()
         # Pooling is CPU work (scipy clustering, ~60 ms an image) that releases the GIL: each image is pooled
         # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
-        self._pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
+        pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
         try:
             for path, rendered in renderer.imap(files, self._plan):
                 outcome = self._take_one(job, path, rendered, seen_ids, report, pending)
                 if outcome != "indexed":
                     committed_bar.update(1)
-                self._encode_ready(pending, batch_size, report, committer, committed_bar, final=False)
+                self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=False)
                 if on_file is not None:
                     on_file(path, outcome)
                 rendered_bar.update(1)
-            self._encode_ready(pending, batch_size, report, committer, committed_bar, final=True)
+            self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=True)
             committer.wait()
         finally:
             renderer.close()
             committer.close()
-            self._pooler.shutdown(wait=True)
+            pooler.shutdown(wait=True)
             rendered_bar.close()
             committed_bar.close()
             report.timings["total_s"] = time.perf_counter() - started
@@ -228,6 +227,7 @@ class Indexer:
         batch_size: int,
         report: IndexReport,
         committer: _Committer,
+        pooler: ThreadPoolExecutor,
         bar: Any,
         *,
         final: bool,
@@ -260,7 +260,7 @@ class Indexer:
             report.images_encoded += len(take)
             for (p, _), item in zip(take, encoded):
                 p.encoded.append(item)
-                p.pooled.append(self._pooler.submit(pool_vectors, item[0], self.settings.pool_factor))
+                p.pooled.append(pooler.submit(pool_vectors, item[0], self.settings.pool_factor))
 
     def _commit(
         self,
