@@ -97,7 +97,9 @@ def test_encoder_protocol_and_settings(tiny_encoder: ColPaliEncoder, tiny_checkp
     assert settings["dim"] == 128
     assert settings["max_num_visual_tokens"] == 64  # the tiny processor's max_pixels = 28*28*64
     assert settings["mask_non_image_embeddings"] is False
-    assert str(settings["revision"]).startswith("sha256:")
+    assert str(settings["fingerprint"]).startswith("sha256:")
+    assert settings["revision"] is None  # a folder that did not come from the Hub has no commit
+    assert settings["hub_id"] is None and settings["path"] == str(tiny_checkpoint.resolve())
     assert settings["base_model"] is None
 
 

@@ -9,17 +9,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-
-from docpc_retrievers.errors import ModelLoadError
-
-if TYPE_CHECKING:
-    pass
-
-logger = logging.getLogger(__name__)
+from typing import Any
 
 from docpc_retrievers.encoders.families import DEFAULT_MODEL, _family_from_config
+from docpc_retrievers.encoders.identity import ModelIdentity
+from docpc_retrievers.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
 
 #: Seconds allowed for the one HEAD request that checks whether the Hub is reachable.
 _HUB_PROBE_TIMEOUT_S = 3.0
@@ -42,8 +38,27 @@ class _Checkpoint:
     config: dict[str, Any]  # config.json of the model (of the base model for a PEFT adapter)
     config_origin: str
     base_model: str | None  # PEFT adapter's base_model_name_or_path
-    revision: str | None  # hub commit hash or "sha256:..." content fingerprint of a local folder
+    revision: str | None  # hub commit hash, when known (hub id, cache snapshot or ``--local-dir`` copy)
     local_files_only: bool
+    fingerprint: str | None = None  # "sha256:..." over the checkpoint folder's files (see fingerprint_folder)
+    hub_id: str | None = None  # the Hugging Face repo id, when known
+    folder: Path | None = None  # where the files are: the local folder, or the hub snapshot in the cache
+
+    def identity(self, family: str) -> ModelIdentity:
+        """The model's identity as a store records it (the fingerprint is computed here if not yet known)."""
+        fingerprint = self.fingerprint
+        if fingerprint is None and self.folder is not None and self.folder.is_dir():
+            fingerprint = fingerprint_folder(self.folder)
+        local = self.model_id if _looks_like_path(self.model_id) else None
+        return ModelIdentity(
+            family=family,
+            fingerprint=fingerprint,
+            hub_id=self.hub_id,
+            revision=self.revision,
+            path=local,
+            base_model=self.base_model,
+            model_id=self.model_id,
+        )
 
 
 def _env_true(name: str) -> bool:
@@ -135,8 +150,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _fingerprint_folder(folder: Path) -> str:
-    """Cheap content fingerprint of a local checkpoint (configs, tokenizer, weights; big files sampled)."""
+def fingerprint_folder(folder: Path) -> str:
+    """Cheap content fingerprint of a checkpoint folder (configs, tokenizer, weights; big files sampled).
+
+    Only the folder's own files count (not ``.cache/`` or sub-folders), by name, size and content:
+    a copy or a renamed folder has the same fingerprint, other weights or configs another.
+    """
     digest = hashlib.sha256()
     for file in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in _FINGERPRINT_SUFFIXES):
         size = file.stat().st_size
@@ -152,7 +171,28 @@ def _fingerprint_folder(folder: Path) -> str:
     return "sha256:" + digest.hexdigest()[:32]
 
 
-def _hub_json(repo_id: str, filename: str, hub: _HubAccess) -> tuple[dict[str, Any], str | None] | None:
+def hub_origin(folder: Path) -> tuple[str | None, str | None]:
+    """``(hub id, commit hash)`` of a folder that came from the Hub, as far as the folder tells.
+
+    A snapshot in the Hugging Face cache (``models--org--name/snapshots/<commit>``) tells both; a
+    ``hf download --local-dir`` copy keeps the commit in ``.cache/huggingface/download/*.metadata``.
+    """
+    folder = folder.resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name[len("models--"):].replace("--", "/"), folder.name
+    meta_dir = folder / ".cache" / "huggingface" / "download"
+    if meta_dir.is_dir():
+        for meta in sorted(meta_dir.glob("*.metadata")):
+            try:
+                commit = meta.read_text(encoding="utf-8").splitlines()[0].strip()
+            except (OSError, IndexError, UnicodeDecodeError):
+                continue
+            if len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
+                return None, commit
+    return None, None
+
+
+def _hub_json(repo_id: str, filename: str, hub: _HubAccess) -> tuple[dict[str, Any], str | None, Path] | None:
     """Fetch and parse one JSON file of a hub repo; None if the repo has no such file (or it is not cached)."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
@@ -191,7 +231,7 @@ def _hub_json(repo_id: str, filename: str, hub: _HubAccess) -> tuple[dict[str, A
             f"Could not fetch {filename} of model {repo_id!r}: {exc}. {_how_to_fix(repo_id)}"
         ) from exc
     revision = file.parent.name if file.parent.parent.name == "snapshots" else None
-    return _read_json(file), revision
+    return _read_json(file), revision, file.parent
 
 
 @dataclass(frozen=True)
@@ -203,6 +243,9 @@ class _Resolved:
     config_origin: str
     base_model: str | None
     revision: str | None
+    fingerprint: str | None = None
+    hub_id: str | None = None
+    folder: Path | None = None
 
 
 def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...] = ()) -> _Resolved:
@@ -218,13 +261,15 @@ def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...]
             raise ModelLoadError(f"Model path {str(local)!r} is a file; pass the checkpoint folder.")
         folder = str(local.resolve())
         config_file, adapter_file = local / "config.json", local / "adapter_config.json"
-        revision: str | None = _fingerprint_folder(local)
+        fingerprint = fingerprint_folder(local)
+        hub_id, revision = hub_origin(local)
+        where = dict(fingerprint=fingerprint, hub_id=hub_id, folder=Path(folder))
         if config_file.is_file():
-            return _Resolved(folder, _read_json(config_file), str(config_file), None, revision)
+            return _Resolved(folder, _read_json(config_file), str(config_file), None, revision, **where)
         if adapter_file.is_file():
             base = _adapter_base(_read_json(adapter_file), str(adapter_file))
             inner = _resolve_config(base, hub, seen=(*seen, name))
-            return _Resolved(folder, inner.config, inner.config_origin, base, revision)
+            return _Resolved(folder, inner.config, inner.config_origin, base, revision, **where)
         raise ModelLoadError(
             f"Model folder {folder!r} has neither config.json nor adapter_config.json: not a checkpoint. "
             f"{_how_to_fix(name)}"
@@ -243,12 +288,12 @@ def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...]
         ) from None
     found = _hub_json(name, "config.json", hub)
     if found is not None:
-        return _Resolved(name, found[0], f"{name}/config.json", None, found[1])
+        return _Resolved(name, found[0], f"{name}/config.json", None, found[1], hub_id=name, folder=found[2])
     adapter = _hub_json(name, "adapter_config.json", hub)
     if adapter is not None:
         base = _adapter_base(adapter[0], f"{name}/adapter_config.json")
         inner = _resolve_config(base, hub, seen=(*seen, name))
-        return _Resolved(name, inner.config, inner.config_origin, base, adapter[1])
+        return _Resolved(name, inner.config, inner.config_origin, base, adapter[1], hub_id=name, folder=adapter[2])
     where = "in the local Hugging Face cache (offline)" if hub.local_only() else "on the Hugging Face Hub"
     raise ModelLoadError(
         f"Model {name!r} was not found {where}: no config.json or adapter_config.json. {_how_to_fix(name)}"
@@ -275,6 +320,9 @@ def _inspect_checkpoint(model: str | Path, local_files_only: bool | None) -> _Ch
         base_model=found.base_model,
         revision=found.revision,
         local_files_only=lfo,
+        fingerprint=found.fingerprint,
+        hub_id=found.hub_id,
+        folder=found.folder,
     )
 
 

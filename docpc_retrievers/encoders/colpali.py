@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 from docpc_retrievers.encoders.checkpoints import _Checkpoint, _how_to_fix, _inspect_checkpoint
 from docpc_retrievers.encoders.families import _FAMILIES, DEFAULT_MODEL, _Family, _family_from_config, _normalise_family
+from docpc_retrievers.encoders.identity import ModelIdentity
 from docpc_retrievers.encoders.protocol import EncodedImage, Encoder
 
 logger = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ class ColPaliEncoder:
         self.mask_non_image_embeddings: bool = mask_non_image_embeddings
         self._family = fam
         self._checkpoint = ckpt
+        self._identity: ModelIdentity | None = None
 
         started = time.perf_counter()
         self._model, self._processor = self._load(fam, ckpt)
@@ -250,14 +252,18 @@ class ColPaliEncoder:
         indexing on a GPU then querying on a CPU is a supported workflow.
         """
         return {
-            "model_id": self.model_id,
-            "family": self.family,
+            **self.identity.to_settings(),
             "dim": self.dim,
             "max_num_visual_tokens": self.max_num_visual_tokens,
             "mask_non_image_embeddings": self.mask_non_image_embeddings,
-            "revision": self._checkpoint.revision,
-            "base_model": self._checkpoint.base_model,
         }
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """Which model this is, by content (fingerprint, hub commit), with its hub id and folder as hints."""
+        if self._identity is None:
+            self._identity = self._checkpoint.identity(self.family)
+        return self._identity
 
     def image_patch_grid(self, image_size: tuple[int, int]) -> tuple[int, int]:
         """(rows, cols) of merged visual tokens the processor makes for an image of PIL size (width, height).

@@ -6,6 +6,7 @@ not pay for loading a model (seconds on a GPU, tens of seconds on a CPU).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -13,7 +14,11 @@ from typing import Any
 
 from docpc_retrievers.config import EncoderOptions
 from docpc_retrievers.encoders.families import DEFAULT_MODEL
+from docpc_retrievers.encoders.identity import ModelIdentity
 from docpc_retrievers.encoders.protocol import Encoder
+from docpc_retrievers.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["EncoderLoader"]
 
@@ -45,19 +50,56 @@ class EncoderLoader:
 
     @property
     def model(self) -> str:
-        """The checkpoint: the encoder's, else the one asked for, else the store's, else the default."""
+        """The checkpoint: the encoder's, else the one asked for, else where the store's model is found, else the default."""
         if self._encoder is not None:
             return self._encoder.model_id
-        recorded = self._recorded().get("model_id")
-        return self._model or (str(recorded) if recorded else DEFAULT_MODEL)
+        if self._model is not None:
+            return self._model
+        recorded = self._recorded()
+        if not recorded:
+            return DEFAULT_MODEL
+        candidates = ModelIdentity.from_settings(recorded).candidates()
+        return candidates[0] if candidates else DEFAULT_MODEL
+
+    @property
+    def identity(self) -> ModelIdentity | None:
+        """The store's recorded model identity (None for a new store)."""
+        recorded = self._recorded()
+        return ModelIdentity.from_settings(recorded) if recorded else None
 
     def get(self) -> Encoder:
         """The encoder, built and checked on first call (thread-safe)."""
         with self._lock:
             if self._encoder is None:
-                from docpc_retrievers.encoders.colpali import ColPaliEncoder
-
-                encoder = ColPaliEncoder(self.model, **self.options.kwargs())
+                encoder = self._load()
                 self._check(encoder)
                 self._encoder = encoder
             return self._encoder
+
+    def _load(self) -> Encoder:
+        """The model asked for; else the store's: its hub id (local cache first when offline), then its path."""
+        from docpc_retrievers.encoders.colpali import ColPaliEncoder
+
+        if self._model is not None or not self._recorded():
+            return ColPaliEncoder(self.model, **self.options.kwargs())
+        identity = ModelIdentity.from_settings(self._recorded())
+        tried: list[str] = []
+        for candidate in identity.candidates():
+            try:
+                return ColPaliEncoder(candidate, **self.options.kwargs())
+            except ModelLoadError as exc:
+                logger.info("store model not loaded from %s: %s", candidate, exc)
+                tried.append(f"{candidate} ({_first_sentence(exc)})")
+        raise ModelLoadError(
+            f"the store's model ({identity.describe()}, family {identity.family or 'unknown'}, fingerprint "
+            f"{identity.fingerprint or identity.revision or 'unknown'}) cannot be loaded here; tried: "
+            f"{'; '.join(tried) or 'nothing recorded'}. Pass a copy of that checkpoint with --model DIR / model=DIR "
+            "(any path; its fingerprint must match)"
+            + (f", or make {identity.hub_id} available in the Hugging Face cache" if identity.hub_id else "")
+        )
+
+
+def _first_sentence(exc: BaseException) -> str:
+    text = str(exc)
+    cut = text.find(". ")
+    return text if cut < 0 else text[:cut]
