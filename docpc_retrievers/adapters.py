@@ -25,8 +25,9 @@ from PIL import Image
 from docpc_retrievers.config import AGGREGATES, DEFAULT_TOP_K, EncoderOptions, GridSpec, IndexSettings, SearchOptions
 from docpc_retrievers.documents.discovery import discover_pdfs
 from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
+from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_metadata
 from docpc_retrievers.encoders import Encoder
-from docpc_retrievers.errors import PDFLoadError
+from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import Hit, SearchResult
 from docpc_retrievers.store.grids import GRID_MIME_TYPE
@@ -240,16 +241,24 @@ def build_index(
     password: str | None = None,
     progress: bool = False,
     encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
+    prune: bool = False,
+    metadata: UserMetadata = None,
+    workers: int | None = None,
 ) -> DocPCIndex:
     """Index PDF files and folders for a retriever's ``from_pdfs``; the index stays writable.
 
     With ``persist_dir`` the store is created there, or reopened and extended
-    (unchanged files are skipped); without it a temporary store is used.
-    Failures are logged and listed in ``index.last_report``.
+    (unchanged files are skipped, moved ones followed; ``prune=True`` also deletes
+    documents whose source under ``paths`` is gone); without it a temporary store is used.
+    ``metadata``: the user's keys, a dict for every file or ``path -> dict`` (see
+    :meth:`docpc_retrievers.indexing.Indexer.add_pdfs`). Failures are logged and listed in ``index.last_report``.
     """
     return DocPCIndex.from_pdfs(
         path_list(paths),
         persist_dir,
+        prune=prune,
+        metadata=metadata,
+        workers=workers,
         model=model,
         encoder=encoder,
         settings=settings,
@@ -262,7 +271,8 @@ def build_index(
 
 
 #: ``from_pdfs`` keywords that configure the index being built; every other keyword is a retriever option.
-BUILD_OPTIONS = ("model", "encoder", "strategy", "pages", "settings", "progress", "encoder_kwargs")
+BUILD_OPTIONS = ("model", "encoder", "strategy", "pages", "settings", "progress", "encoder_kwargs", "prune", "metadata",
+                 "workers")
 
 
 def split_build_options(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -303,12 +313,24 @@ _warn_page_mode = _PageModeWarning()
 def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> list[Hit]:
     """Search ``index`` and return hits with text, metadata and the images ``options`` ask for, best first."""
     text_query = check_query(query)
-    results = index.search_with([text_query], options.search_options())[0]
-    logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
-    if not results:
-        return []
-    texts = index.store.texts([r.id for r in results])
-    return [_hit(index, r, texts.get(r.id, ""), options) for r in results]
+    for _attempt in range(3):
+        results = index.search_with([text_query], options.search_options())[0]
+        logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
+        if not results:
+            return []
+        texts = index.store.texts([r.id for r in results])
+        try:
+            return [_hit(index, r, texts.get(r.id, ""), options) for r in results]
+        except DocumentNotFoundError:  # deleted by another writer after the search: search again
+            logger.debug("a hit was deleted while its image was read; searching again")
+    return [h for r in results if (h := _live_hit(index, r, texts.get(r.id, ""), options)) is not None]
+
+
+def _live_hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit | None:
+    try:
+        return _hit(index, result, text, options)
+    except DocumentNotFoundError:
+        return None
 
 
 def _hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit:
@@ -338,14 +360,19 @@ def compose_pdfs(
     *,
     password: str | None = None,
     raise_on_error: bool = False,
+    metadata: UserMetadata = None,
 ) -> Iterator[RepresentedDocument]:
     """For document loaders: each readable PDF composed as the index would, lazily, identical files once.
 
     No model is loaded. Files that cannot be used are logged and skipped
-    unless ``raise_on_error``; the yielded metadata is already cleaned.
+    unless ``raise_on_error``; the yielded metadata is already cleaned and
+    carries the user's keys (``metadata`` and ``<name>.pdf.json`` sidecars, checked
+    before the first file is read, as an index would store them).
     """
     seen: set[str] = set()
-    for path in discover_pdfs(path_list(paths)):
+    files = discover_pdfs(path_list(paths))
+    user = resolve_user_metadata([f for f in files if f.exists()], metadata)
+    for path in files:
         try:
             doc = represent_pdf(path, spec, password=password)
         except PDFLoadError as exc:
@@ -357,5 +384,5 @@ def compose_pdfs(
             logger.info("skipping %s: same content as a file already loaded", path)
             continue
         seen.add(doc.doc_id)
-        doc.metadata = clean_metadata(doc.metadata)
+        doc.metadata = clean_metadata({**doc.metadata, **user.get(path, {})})
         yield doc

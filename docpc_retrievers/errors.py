@@ -9,11 +9,13 @@ __all__ = [
     "PDF_ERROR_KINDS",
     "DocPCError",
     "DocumentNotFoundError",
+    "InvalidMetadataError",
     "ModelLoadError",
     "ModelMismatchError",
     "PDFErrorKind",
     "PDFLoadError",
     "SettingsMismatchError",
+    "SourceRootError",
     "StoreError",
     "StoreLockedError",
 ]
@@ -85,3 +87,11 @@ class DocumentNotFoundError(StoreError, KeyError):
 
 class ExplainUnavailableError(DocPCError):
     """A match cannot be laid back onto the image: the encoder family or the stored record has no patch positions."""
+
+
+class InvalidMetadataError(DocPCError, ValueError):
+    """User metadata that a store cannot keep (reserved key, unsupported type, too many keys, too long a value)."""
+
+
+class SourceRootError(DocPCError, ValueError):
+    """A folder or file given to index or prune does not exist or holds no PDF; nothing was changed."""

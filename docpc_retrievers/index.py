@@ -7,16 +7,18 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
+from docpc_retrievers import catalog
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, DEFAULT_PAGE_SIZE, DEFAULT_TOP_K, MODES
 from docpc_retrievers.config import EncoderOptions, IndexSettings, SearchOptions
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.documents.represent import compose_pdf, render_source_pages
+from docpc_retrievers.documents.user_metadata import UserMetadata
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.encoders.loader import EncoderLoader
 from docpc_retrievers.errors import DocumentNotFoundError
@@ -91,17 +93,18 @@ class DocPCIndex:
         password: str | None = None,
         progress: bool = False,
         workers: int | None = None,
-        **kwargs: Any,
+        prune: bool = False, metadata: UserMetadata = None, **kwargs: Any,
     ) -> DocPCIndex:
         """Build or extend a (writable) index from PDF files and folders; failures go to :attr:`last_report`.
 
-        ``strategy``/``pages``: shortcuts for ``settings``; ``workers``: render processes; other ``kwargs``: the constructor.
+        ``strategy``/``pages``: shortcuts for ``settings``; ``workers``: render processes; ``prune`` and
+        ``metadata``: as :meth:`Indexer.add_pdfs`; other ``kwargs``: the constructor.
         """
         if kwargs.get("settings") is None and (strategy is not None or pages is not None):
             kwargs["settings"] = IndexSettings(strategy=strategy or "first", pages=pages or 4)
         index = cls(path, writable=True, **kwargs)
         try:
-            index.add_pdfs(paths, password=password, progress=progress, workers=workers)
+            index.add_pdfs(paths, password=password, progress=progress, workers=workers, prune=prune, metadata=metadata)
         except BaseException:
             index.close()
             raise
@@ -127,20 +130,17 @@ class DocPCIndex:
         self.last_report = self._indexer.add_pdfs(paths, **options)
         return self.last_report
 
-    def resolve_ids(self, ids_or_paths: Iterable[str | os.PathLike[str]]) -> list[str]:
-        """Map document ids or source paths to the ids stored for them (unknown ones are dropped)."""
-        out: list[str] = []
-        for item in ids_or_paths:
-            key = str(item)
-            if key in self._store:
-                out.append(key)
-            else:
-                out.extend(self._store.ids(where={"source": str(Path(key).expanduser().resolve())}))
-        return list(dict.fromkeys(out))
+    def resolve_ids(self, ids_or_paths: Iterable[str | os.PathLike[str]], *, where: Mapping[str, Any] | None = None) -> list[str]:
+        """Stored ids for document ids, source paths, folders (every document under it) and ``where``; unknown ones dropped."""
+        return catalog.resolve_ids(self._store, ids_or_paths, where=where)
 
-    def delete(self, ids_or_paths: Iterable[str | os.PathLike[str]]) -> int:
-        """Delete documents given by id or by source path; returns how many were deleted."""
-        return self._indexer.delete(self.resolve_ids(ids_or_paths))
+    def delete(self, ids_or_paths: Iterable[str | os.PathLike[str]] = (), *, where: Mapping[str, Any] | None = None) -> int:
+        """Delete documents given by id, source path or folder, and/or matching ``where``; returns how many were deleted."""
+        return self._indexer.delete(catalog.resolve_ids(self._store, ids_or_paths, where=where))
+
+    def documents(self, where: Mapping[str, Any] | None = None, *, page: int = 500) -> Iterator[SearchResult]:
+        """Every stored document (or those matching ``where``) as results with score 0, read ``page`` at a time."""
+        return catalog.documents(self._store, where, page=page)
 
     def search(
         self,

@@ -1,8 +1,10 @@
 """The indexing pipeline: discover -> represent -> encode -> commit.
 
 Each file is identified by the hash of its bytes: unchanged files are
-skipped, a changed file replaces its old version, renamed copies are skipped
-as duplicates. A file that cannot be used is reported with its path and
+skipped, a changed file replaces its old version, a file whose old path is
+gone is moved (its source updated, nothing encoded), copies left in place are
+skipped as duplicates, and a prune deletes documents whose source under the
+given roots is gone. A file that cannot be used is reported with its path and
 reason and the others go on. Images are encoded ``batch_size`` at a time
 (``batch_size`` documents in grid mode); the documents whose images are all
 encoded are committed together, in file order (vectors pooled and compacted,
@@ -18,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +30,18 @@ import numpy as np
 from PIL import Image
 
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
-from docpc_retrievers.documents.discovery import discover_pdfs, document_id
+from docpc_retrievers.documents.discovery import (
+    check_roots,
+    discover_pdfs,
+    document_id,
+    under_roots,
+)
 from docpc_retrievers.documents.represent import RepresentedDocument
+from docpc_retrievers.documents.user_metadata import (
+    UserMetadata,
+    resolve_user_metadata,
+    user_part,
+)
 from docpc_retrievers.documents.workers import (
     DEFAULT_RENDER_TIMEOUT,
     DEFAULT_WORKER_MEMORY,
@@ -64,6 +76,8 @@ class _Pending:
     """Its images encoded so far (page mode: a document's pages may span two encoder calls)."""
     pooled: list[Future[tuple[np.ndarray, np.ndarray | None]]] = field(default_factory=list)
     """Each encoded image's pooling, started as soon as it was encoded (the commit collects them)."""
+    user: dict[str, Any] = field(default_factory=dict)
+    """The user's metadata for this file (checked)."""
 
     @property
     def complete(self) -> bool:
@@ -88,6 +102,7 @@ class Indexer:
         self.grids = grids
         self.settings = settings
         self._encoder = encoder
+        self._user: dict[Path, dict[str, Any]] = {}
 
     def add_pdfs(
         self,
@@ -101,10 +116,23 @@ class Indexer:
         workers: int | None = None,
         render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
         worker_memory: int | None = DEFAULT_WORKER_MEMORY,
+        prune: bool = False,
+        metadata: UserMetadata = None,
+        metadata_by_path: Mapping[str, Mapping[str, Any]] | None = None,
+        sidecars: bool = True,
     ) -> IndexReport:
         """Index PDF files and folders (recursively); ``on_file(path, outcome)`` sees each file's outcome.
 
-        Outcomes are ``indexed``, ``skipped`` or ``failed``; the report also
+        A stored file found at a new path (same bytes, old path gone) is *moved*: its source is
+        updated, nothing is encoded. ``prune=True`` makes the store mirror ``paths``: documents whose
+        source lies under them and no longer exists are deleted (nothing outside them; a path that
+        does not exist or holds no PDF raises :class:`SourceRootError` before anything changes).
+        ``metadata``: the user's keys for every file (a dict) or per file (``path -> dict``), merged
+        over each PDF's ``<name>.pdf.json`` sidecar (when ``sidecars``) and ``metadata_by_path``;
+        checked before anything is rendered; an unchanged file whose user metadata changed is
+        updated without re-encoding, and a replaced file keeps its older version's keys.
+
+        Outcomes are ``indexed``, ``skipped``, ``moved`` or ``failed``; the report also
         carries the time spent per stage (``timings``: render, preview, encode,
         pool, commit, total; render and preview are summed over workers). ``workers`` render
         processes (None: one per spare core, 0: render in this process) feed
@@ -116,7 +144,12 @@ class Indexer:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         started = time.perf_counter()
+        paths = list(paths)
         files = discover_pdfs(paths)
+        roots = check_roots(paths) if prune else []
+        self._user = resolve_user_metadata(
+            [f for f in files if f.exists()], metadata, by_path=metadata_by_path, sidecars=sidecars
+        )
         report = IndexReport()
         pending: list[_Pending] = []
         seen_ids: set[str] = set()
@@ -143,6 +176,8 @@ class Indexer:
                 rendered_bar.update(1)
             self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=True)
             committer.wait()
+            if prune:
+                self._prune(roots, report)
         finally:
             renderer.close()
             committer.close()
@@ -150,14 +185,23 @@ class Indexer:
             rendered_bar.close()
             committed_bar.close()
             report.timings["total_s"] = time.perf_counter() - started
-        logger.info(
-            "indexed %d, skipped %d, failed %d of %d files",
-            len(report.indexed),
-            len(report.skipped),
-            len(report.failed),
-            len(files),
-        )
+        logger.info("%s (%d files)", report.summary(), len(files))
         return report
+
+    def _prune(self, roots: Sequence[Path], report: IndexReport) -> None:
+        """Delete the documents whose source lies under ``roots`` and no longer exists (not touched by this run)."""
+        touched = set(report.indexed) | set(report.skipped) | set(report.moved) | set(report.metadata_updated)
+        gone = [
+            doc.id
+            for doc in self.store.iter_documents()
+            if doc.id not in touched
+            and under_roots(str(doc.metadata.get("source") or ""), roots)
+            and not Path(str(doc.metadata.get("source"))).exists()
+        ]
+        if gone:
+            self.delete(gone)
+            report.removed.extend(gone)
+            logger.info("pruned %d documents whose source is gone", len(gone))
 
     def _plan(self, path: Path) -> tuple[Path, str] | None:
         """Whether a file needs rendering: ``(path, doc id)``, or None (already stored, or unreadable).
@@ -194,12 +238,17 @@ class Indexer:
         if doc_id in seen_ids or self.store.known(doc_id):
             # The bytes are indexed already. If this path used to hold other
             # content, that older record is stale now: drop it.
-            stale = self._older_versions(path, doc_id)
+            at_path = self.store.ids(where={"source": str(path)})
+            stale = [i for i in at_path if i != doc_id]
             if stale:
                 self.delete(stale)
                 report.replaced.extend(stale)
-            report.skipped.append(doc_id)
-            return "skipped"
+            if doc_id in seen_ids or (doc_id in at_path and path not in self._user):
+                report.skipped.append(doc_id)  # a copy met earlier in this run, or stored here and nothing to update
+                seen_ids.add(doc_id)
+                return "skipped"
+            seen_ids.add(doc_id)
+            return self._follow(path, doc_id, report)
         if rendered is None:  # stored when planned, gone now (deleted meanwhile): render it here
             rendered = render_document(job, path, doc_id)
         report.add_time("render_s", rendered.seconds)
@@ -212,14 +261,40 @@ class Indexer:
             return "failed"
         doc = rendered.doc
         seen_ids.add(doc_id)
-        item = _Pending(doc, str(path))
+        item = _Pending(doc, str(path), user=self._user.get(path, {}))
         if doc.grid is not None and self.grids.store_grids:
             item.grid_bytes = rendered.preview if rendered.preview is not None else self.grids.encode_later(doc.grid.image)
         pending.append(item)
         return "indexed"
 
-    def _older_versions(self, path: Path, doc_id: str) -> list[str]:
-        return [i for i in self.store.ids(where={"source": str(path)}) if i != doc_id]
+    def _follow(self, path: Path, doc_id: str, report: IndexReport) -> str:
+        """A stored, unchanged file: record a move (its old path no longer holds these bytes) and user
+        metadata that changed, without encoding anything; ``skipped``, or ``moved`` when its source changed."""
+        found = self.store.get([doc_id])
+        if not found:  # deleted by another writer meanwhile: nothing to follow
+            report.skipped.append(doc_id)
+            return "skipped"
+        stored = found[0].metadata
+        changes: dict[str, Any] = {}
+        old_source = str(stored.get("source") or "")
+        moved = old_source != str(path) and not _holds(old_source, doc_id)
+        if moved:
+            stat = path.stat()
+            changes.update(source=str(path), file_name=path.name, file_bytes=stat.st_size, file_mtime=stat.st_mtime)
+        wanted = self._user.get(path)
+        if wanted and any(stored.get(k) != v for k, v in wanted.items()):
+            changes.update(wanted)
+        if not changes:
+            report.skipped.append(doc_id)
+            return "skipped"
+        self.store.update_metadata([doc_id], [{**stored, **changes}])
+        if moved:
+            logger.info("%s moved to %s", old_source, path)
+            report.moved.append(doc_id)
+            return "moved"
+        report.metadata_updated.append(doc_id)
+        report.skipped.append(doc_id)
+        return "skipped"
 
     def _encode_ready(
         self,
@@ -279,10 +354,15 @@ class Indexer:
         # Older versions of these paths, found with one query per batch here (off the encoding thread).
         older = self.store.ids_by_source([p.source for p in batch])
         replaced = [old for p in batch for old in older.get(p.source, []) if old != p.doc.doc_id]
+        kept = {d.id: user_part(d.metadata) for d in self.store.get(replaced)} if replaced else {}
+        metadatas = []
+        for p in batch:  # a replaced file keeps its older version's user keys, under this run's own
+            carried = {k: v for old in older.get(p.source, []) for k, v in kept.get(old, {}).items()}
+            metadatas.append({**p.doc.metadata, **carried, **p.user})
         self.store.add(
             [p.doc.doc_id for p in batch],
             vectors,
-            [p.doc.metadata for p in batch],
+            metadatas,
             texts=[p.doc.text for p in batch],
             parts=parts,
             anchors=anchors,
@@ -291,6 +371,7 @@ class Indexer:
         if replaced:
             self.delete(replaced)
             report.replaced.extend(replaced)
+            report.updated.extend(p.doc.doc_id for p in batch if any(o != p.doc.doc_id for o in older.get(p.source, [])))
         report.add_time("commit_s", time.perf_counter() - t0)
         report.indexed.extend(p.doc.doc_id for p in batch)
         bar.update(len(batch))
@@ -326,6 +407,14 @@ class Indexer:
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents (records, vectors and grid previews); returns how many existed."""
         return self.store.delete(ids)
+
+
+def _holds(source: str, doc_id: str) -> bool:
+    """Whether ``source`` still holds the bytes of ``doc_id`` (a copy left in place, not a move)."""
+    try:
+        return bool(source) and Path(source).is_file() and document_id(source) == doc_id
+    except OSError:
+        return False
 
 
 def encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[tuple[np.ndarray, TokenGrid | None]]:

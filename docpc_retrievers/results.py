@@ -165,18 +165,26 @@ class IndexFailure:
 
 @dataclass
 class IndexReport:
-    """What an ``add_pdfs`` run did: ids indexed, ids skipped as unchanged, failures.
+    """What an ``add_pdfs`` run did, by document id.
 
-    ``images_encoded`` counts grids (or pages, in page mode) sent to the
-    encoder; ``timings`` holds seconds per stage: ``render_s`` (open, select,
-    render, compose), ``encode_s``, ``commit_s`` (grid previews and store
-    writes) and ``total_s`` (the whole call).
+    ``indexed``: encoded and stored in this run (``updated``: those among them that replaced an
+    older version of the same path, whose ids are in ``replaced``); ``skipped``: already stored and
+    unchanged; ``moved``: already stored, found at a new path (source updated, nothing encoded);
+    ``metadata_updated``: unchanged files whose user metadata changed (record updated, nothing
+    encoded); ``removed``: deleted by a prune because their source is gone; ``failed``: files that
+    could not be used. ``images_encoded`` counts grids (or pages, in page mode) sent to the
+    encoder; ``timings`` holds seconds per stage: ``render_s`` (open, select, render, compose),
+    ``encode_s``, ``commit_s`` (grid previews and store writes) and ``total_s`` (the whole call).
     """
 
     indexed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[IndexFailure] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    metadata_updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
     images_encoded: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -188,12 +196,40 @@ class IndexReport:
     def ok(self) -> bool:
         return not self.failed
 
-    def to_dict(self) -> dict[str, Any]:
-        """The CLI's ``--json`` form."""
+    @property
+    def added(self) -> list[str]:
+        """Documents new to the store (indexed, not replacing an older version of their path)."""
+        updated = set(self.updated)
+        return [i for i in self.indexed if i not in updated]
+
+    def counts(self) -> dict[str, int]:
+        """How many documents each outcome had: added, replaced, moved, removed, unchanged, failed, ..."""
         return {
+            "added": len(self.added),
+            "replaced": len(self.updated),
+            "moved": len(self.moved),
+            "removed": len(self.removed),
+            "unchanged": len(self.skipped),
+            "metadata_updated": len(self.metadata_updated),
+            "failed": len(self.failed),
+        }
+
+    def summary(self) -> str:
+        """One line for people: ``added 3, replaced 1, moved 0, removed 2, unchanged 10, failed 0``."""
+        counts = self.counts()
+        if not counts["metadata_updated"]:
+            counts.pop("metadata_updated")
+        return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``--json`` form: the counts, plus ``indexed``/``skipped`` as before and each failure."""
+        return {
+            **self.counts(),
             "indexed": len(self.indexed),
             "skipped": len(self.skipped),
             "failed": [f.to_dict() for f in self.failed],
+            "removed_ids": list(self.removed),
+            "moved_ids": list(self.moved),
         }
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from docpc_retrievers.config import IndexSettings, SearchOptions
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.errors import DocumentNotFoundError
 from docpc_retrievers.explain.explainer import Explainer
 from docpc_retrievers.rerank import PageReranker, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
@@ -30,6 +31,9 @@ from docpc_retrievers.store.page_cache import PageEmbeddingCache, cache_fingerpr
 __all__ = ["Searcher", "check_queries"]
 
 logger = logging.getLogger(__name__)
+
+#: Extra hits asked of the store (at most this many, at most the depth) to fill slots of documents deleted meanwhile.
+_SPARE_HITS = 4
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
@@ -68,12 +72,14 @@ class Searcher:
         if options.top_k == 0 or self.store.count() == 0:
             return [[] for _ in texts]
         vectors = self._encoder().encode_queries(texts)
+        depth = options.depth
+        # A few spare hits: one deleted by another writer before its evidence is read gives its slot to the next.
         hits = self.store.search_batch(
-            vectors, options.depth, where=options.filters, aggregate=options.aggregate
+            vectors, depth + min(depth, _SPARE_HITS), where=options.filters, aggregate=options.aggregate
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):
-            results = [self.with_evidence(h, q) for h in per_query]
+            results = self._live_with_evidence(per_query, q, depth)
             if options.rerank:
                 with self._rerank_lock:
                     results = rerank_results(
@@ -84,6 +90,18 @@ class Searcher:
                 ranked = [r.attach(text, self.explainer.explain, self.explainer.grids.read_bytes) for r in ranked]
             out.append(ranked)
         return out
+
+    def _live_with_evidence(self, hits: Sequence[ScoredDocument], query: np.ndarray, depth: int) -> list[SearchResult]:
+        """The first ``depth`` hits with their evidence, skipping documents deleted since the store ranked them."""
+        results: list[SearchResult] = []
+        for hit in hits:
+            if len(results) == depth:
+                break
+            try:
+                results.append(self.with_evidence(hit, query))
+            except DocumentNotFoundError:
+                logger.debug("document %s was deleted during the search; skipped", hit.id)
+        return results
 
     def with_evidence(self, hit: ScoredDocument, query: np.ndarray) -> SearchResult:
         """A result with its evidence pages: grid attribution, or page-mode page scores."""

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from docpc_retrievers import __version__
-from docpc_retrievers.cli.common import EXIT_FATAL, UsageError
-from docpc_retrievers.errors import DocPCError
+from docpc_retrievers.cli.common import EXIT_FATAL, EXIT_USAGE, UsageError
+from docpc_retrievers.errors import DocPCError, InvalidMetadataError, SourceRootError
 
 __all__ = ["build_parser", "main"]
 
@@ -59,6 +59,19 @@ def _setup_logging(verbose: int) -> None:
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
+#: What a shell reports for a command ended by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``docpc``; returns the exit code."""
     parser = build_parser()
@@ -70,8 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except UsageError as exc:
         parser.error(str(exc))
+    except (InvalidMetadataError, SourceRootError) as exc:  # the user's input, found after parsing
+        print(f"docpc: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except DocPCError as exc:
         print(f"docpc: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `docpc list | head`: the reader left; end quietly, as a pipeline expects
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("docpc: interrupted; committed documents are kept, re-run the same command to finish", file=sys.stderr)
         return 130

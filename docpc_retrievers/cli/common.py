@@ -25,8 +25,10 @@ __all__ = [
     "non_negative_float",
     "non_negative_int",
     "pair_arg",
+    "parse_where",
     "positive_float",
     "positive_int",
+    "require_store",
 ]
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
@@ -113,3 +115,27 @@ def emit(data: Any) -> None:
     """Print JSON to stdout."""
     json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
+
+
+def parse_where(text: str | None, option: str = "--where") -> dict[str, Any] | None:
+    """A ``--where`` JSON object (a Chroma metadata filter), or a usage error naming what is wrong."""
+    if not text:
+        return None
+    try:
+        where = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{option} is not valid JSON: {exc}") from None
+    if not isinstance(where, dict):
+        raise UsageError(f"{option} must be a JSON object")
+    return where
+
+
+def require_store(args: argparse.Namespace) -> None:
+    """Fail before opening anything when ``--store`` is not a docpc store (commands other than index never create one)."""
+    from docpc_retrievers.errors import StoreError
+    from docpc_retrievers.store.layout import StoreLayout
+
+    if getattr(args, "host", None):
+        return  # the server says whether the collection exists
+    if not StoreLayout.at(args.store).exists():
+        raise StoreError(f"no docpc store at {args.store}; index some documents into it first (docpc index)")

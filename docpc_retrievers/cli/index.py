@@ -17,7 +17,9 @@ from docpc_retrievers.cli.common import (
     emit,
     encoder_options,
     grid_shape_arg,
+    parse_where,
     positive_int,
+    require_store,
     store_kwargs,
 )
 
@@ -66,11 +68,23 @@ def register(sub: Any) -> None:
         "--render-timeout", type=float, default=60.0, help="seconds a document may take to render (default 60)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--prune", action="store_true",
+        help="mirror the given folders: delete stored documents whose source under them no longer exists "
+        "(nothing outside them; a missing or PDF-less root is an error and deletes nothing)",
+    )
+    p.add_argument(
+        "--meta", action="append", default=[], metavar="KEY=VALUE",
+        help="metadata for every file (repeatable; VALUE is parsed as JSON when it can be: year=2024 is a number)",
+    )
+    p.add_argument("--meta-file", type=Path, help="JSON object mapping PDF paths (relative to it) to metadata objects")
+    p.add_argument("--no-sidecars", action="store_true", help="ignore <name>.pdf.json metadata files next to PDFs")
     p.set_defaults(func=run_index)
 
-    p = sub.add_parser("delete", help="delete documents by id or source path")
-    p.add_argument("targets", nargs="+", metavar="ID_OR_PATH")
+    p = sub.add_parser("delete", help="delete documents by id, source path or folder, or by --where")
+    p.add_argument("targets", nargs="*", metavar="ID_OR_PATH", help="document ids, PDF paths or folders")
     add_store_options(p, model=False)
+    p.add_argument("--where", help="also delete the documents matching this Chroma metadata filter (JSON)")
     p.set_defaults(func=run_delete)
 
 
@@ -92,10 +106,48 @@ def _settings(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _check_paths(args: argparse.Namespace) -> bool:
+    """Usage errors before any store is opened or created: missing roots, roots without PDFs.
+
+    Returns False when there is nothing to index but the store exists (a warning, exit 0).
+    """
+    from docpc_retrievers.documents.discovery import check_roots, discover_pdfs
+    from docpc_retrievers.errors import SourceRootError
+    from docpc_retrievers.store.layout import StoreLayout
+
+    missing = [str(p) for p in args.paths if not p.expanduser().exists()]
+    if missing:
+        raise UsageError(f"no such file or folder: {', '.join(missing)} (nothing was indexed)")
+    if args.prune:
+        try:
+            check_roots(args.paths)
+        except SourceRootError as exc:
+            raise UsageError(str(exc)) from None
+    if discover_pdfs(args.paths):
+        return True
+    where = ", ".join(str(p) for p in args.paths)
+    if args.host or StoreLayout.at(args.store).exists():
+        print(f"docpc: warning: no PDF under {where}; nothing to index", file=sys.stderr)
+        return False
+    raise UsageError(f"no PDF under {where}; nothing to index (no store was created)")
+
+
 def run_index(args: argparse.Namespace) -> int:
-    """``docpc index``: 0 when every file was indexed or skipped, 3 when some failed."""
+    """``docpc index``: 0 when every file was indexed, skipped or moved, 3 when some failed."""
+    from docpc_retrievers.documents.user_metadata import (
+        load_meta_file,
+        parse_meta_option,
+    )
+    from docpc_retrievers.errors import InvalidMetadataError
     from docpc_retrievers.index import DocPCIndex
 
+    try:
+        common = parse_meta_option(args.meta) if args.meta else None
+        by_path = load_meta_file(args.meta_file) if args.meta_file else None
+    except InvalidMetadataError as exc:
+        raise UsageError(str(exc)) from None
+    if not _check_paths(args):
+        return EXIT_OK
     settings = _settings(args)
     with DocPCIndex(
         args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),
@@ -108,11 +160,15 @@ def run_index(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             workers=args.workers,
             render_timeout=args.render_timeout,
+            prune=args.prune,
+            metadata=common,
+            metadata_by_path=by_path,
+            sidecars=not args.no_sidecars,
         )
     if args.json:
         emit(report.to_dict())
     else:
-        print(f"indexed {len(report.indexed)}, skipped {len(report.skipped)} unchanged, failed {len(report.failed)}")
+        print(report.summary())
         for failure in report.failed:
             print(f"  failed: {failure.reason}", file=sys.stderr)
     return EXIT_PARTIAL if report.failed else EXIT_OK
@@ -122,14 +178,19 @@ def run_delete(args: argparse.Namespace) -> int:
     """``docpc delete``: 1 when nothing matched."""
     from docpc_retrievers.index import DocPCIndex
 
+    where = parse_where(args.where)
+    if not args.targets and where is None:
+        raise UsageError("give document ids, paths or folders to delete, or --where")
+    require_store(args)
     with DocPCIndex(args.store, writable=True, **store_kwargs(args)) as index:
-        ids = index.resolve_ids(args.targets)
+        ids = index.resolve_ids(args.targets, where=where)
         deleted = index.delete(ids)
     if args.json:
         emit({"deleted": deleted, "ids": ids})
     else:
-        print(f"deleted {deleted} document(s)")
+        print(f"deleted {deleted} document{'' if deleted == 1 else 's'}")
     if deleted == 0:
-        print(f"docpc: no stored document matches {', '.join(args.targets)}", file=sys.stderr)
+        what = ", ".join([*args.targets, *([f"--where {args.where}"] if where is not None else [])])
+        print(f"docpc: no stored document matches {what}", file=sys.stderr)
         return EXIT_FATAL
     return EXIT_OK

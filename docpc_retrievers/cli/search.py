@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from docpc_retrievers.cli.common import (
@@ -13,6 +12,7 @@ from docpc_retrievers.cli.common import (
     emit,
     encoder_options,
     non_negative_int,
+    parse_where,
     positive_int,
     store_kwargs,
 )
@@ -36,15 +36,7 @@ def register(sub: Any) -> None:
 
 
 def _where(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        where = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--where is not valid JSON: {exc}") from None
-    if not isinstance(where, dict):
-        raise UsageError("--where must be a JSON object")
-    return where
+    return parse_where(text)
 
 
 def run(args: argparse.Namespace) -> int:

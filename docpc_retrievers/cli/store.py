@@ -1,4 +1,5 @@
-"""``docpc info``, ``docpc clear-cache`` and ``docpc migrate``: look at a store, drop what it can rebuild, upgrade it."""
+"""``docpc info``, ``docpc list``, ``docpc clear-cache`` and ``docpc migrate``: look at a store and what it holds,
+drop what it can rebuild, upgrade it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers.cli.common import EXIT_OK, add_store_options, emit, store_kwargs
+from docpc_retrievers.cli.common import (
+    EXIT_OK,
+    add_store_options,
+    emit,
+    parse_where,
+    require_store,
+    store_kwargs,
+)
 
 __all__ = ["register"]
 
@@ -17,6 +25,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("info", help="what a store holds and how it was built")
     add_store_options(p, model=False)
     p.set_defaults(func=run_info)
+    p = sub.add_parser("list", help="the documents a store holds (id, source, title, pages, indexed time, your metadata)")
+    add_store_options(p, model=False)
+    p.add_argument("--where", help="only documents matching this Chroma metadata filter (JSON)")
+    p.add_argument("--missing", action="store_true", help="only documents whose source file is gone")
+    p.set_defaults(func=run_list)
     p = sub.add_parser("clear-cache", help="delete the page embeddings cached for reranking")
     add_store_options(p, model=False)
     p.set_defaults(func=run_clear_cache)
@@ -69,6 +82,45 @@ def run_info(args: argparse.Namespace) -> int:
         width = max(len(k) for k in info)
         for key, value in info.items():
             print(f"{key:<{width}}  {value}")
+    return EXIT_OK
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """``docpc list``: one line per document, streamed (or a JSON array)."""
+    from docpc_retrievers.documents.user_metadata import user_part
+    from docpc_retrievers.index import DocPCIndex
+
+    where = parse_where(args.where)
+    require_store(args)
+    count = 0
+    with DocPCIndex(args.store, **store_kwargs(args)) as index:
+        rows = []
+        for doc in index.documents(where):
+            missing = not doc.source or not Path(doc.source).exists()
+            if args.missing and not missing:
+                continue
+            count += 1
+            row = {
+                "id": doc.id,
+                "source": doc.source,
+                "title": doc.metadata.get("title"),
+                "file_name": doc.metadata.get("file_name"),
+                "total_pages": doc.total_pages,
+                "indexed_at": doc.metadata.get("indexed_at"),
+                "missing": missing,
+                "metadata": user_part(doc.metadata),
+            }
+            if args.json:
+                rows.append(row)
+                continue
+            extra = " ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
+            pages = f"{doc.total_pages} page{'' if doc.total_pages == 1 else 's'}"
+            print(f"{doc.id}  {row['indexed_at'] or '-':<25}  {pages:>9}  {doc.title or '-'}")
+            print(f"    {doc.source}{'  (missing)' if missing else ''}{'  ' + extra if extra else ''}")
+    if args.json:
+        emit(rows)
+    else:
+        print(f"{count} document{'' if count == 1 else 's'}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -7,7 +7,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["discover_pdfs", "document_id"]
+from docpc_retrievers.errors import SourceRootError
+
+__all__ = ["check_roots", "discover_pdfs", "document_id", "under_roots"]
 
 _CHUNK = 1 << 20
 
@@ -37,3 +39,36 @@ def document_id(path: str | os.PathLike[str]) -> str:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()[:32]
+
+
+def _is_pdf(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() == ".pdf"
+
+
+def check_roots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The roots of a sync, resolved; :class:`SourceRootError` for one that does not exist or holds no PDF.
+
+    Checked before anything changes: a mistyped root must never empty a store.
+    """
+    roots: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.exists():
+            raise SourceRootError(f"{path}: no such file or folder; nothing was indexed or deleted")
+        if path.is_dir():
+            if not any(_is_pdf(p) for p in path.rglob("*")):
+                raise SourceRootError(f"{path}: the folder holds no PDF; nothing was indexed or deleted")
+        elif not path.is_file():
+            raise SourceRootError(f"{path}: not a file or folder; nothing was indexed or deleted")
+        roots.append(path.resolve())
+    if not roots:
+        raise SourceRootError("no folder or file given")
+    return roots
+
+
+def under_roots(source: str, roots: Iterable[Path]) -> bool:
+    """Whether a stored source path is one of ``roots`` or lies under one of them (by path, not on disk)."""
+    if not source:
+        return False
+    path = Path(source)
+    return any(path == root or root in path.parents for root in roots)

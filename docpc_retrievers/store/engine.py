@@ -334,6 +334,19 @@ class ChromaEngine:
         return {k: dict(v) for k, v in out.items()}
 
     @_translated
+    def records_page(
+        self, where: Mapping[str, Any] | None, limit: int, offset: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """One page of ``(id, metadata)`` without the first-stage summary, in Chroma's order."""
+        got = self.docs.get(where=dict(where) if where else None, include=["metadatas"], limit=limit, offset=offset)
+        out = []
+        for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
+            meta = dict(meta or {})
+            meta.pop("_summary", None)
+            out.append((doc_id, meta))
+        return out
+
+    @_translated
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """Document ids, optionally those matching a Chroma ``where`` filter."""
         got = self.docs.get(where=dict(where) if where else None, include=[])

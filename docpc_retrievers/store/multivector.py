@@ -40,6 +40,7 @@ from docpc_retrievers.errors import (
     SettingsMismatchError,
     StoreError,
 )
+from docpc_retrievers.encoders.identity import IDENTITY_KEYS, ModelIdentity
 from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
@@ -233,6 +234,7 @@ class MultiVectorStore:
         self._n: dict[str, int] = {}
         self._parts: dict[str, tuple[int, ...]] = {}
         self._meta_cache: dict[str, dict[str, Any]] = {}
+        self._vanished: set[str] = set()  # candidates found deleted while scoring (search fills their slots)
         self._loaded = False
 
     # ------------------------------------------------------------------ setup
@@ -276,34 +278,56 @@ class MultiVectorStore:
         """Raise when ``settings`` differ from the recorded ones, naming each differing setting.
 
         The error is :class:`ModelMismatchError` for the ``encoder`` section and
-        :class:`SettingsMismatchError` otherwise.
+        :class:`SettingsMismatchError` otherwise. The model is compared by identity
+        (fingerprint or hub commit, see :class:`ModelIdentity`), never by the path it was loaded from.
         """
-        recorded = self.settings
-        if section is not None:
-            recorded = recorded.get(section) or {}
+        if section is None:
+            for name, part in settings.items():
+                if isinstance(part, Mapping):
+                    self.check_settings(part, section=name)
+            return
+        recorded = self.settings.get(section) or {}
         if not recorded:
             return
+        diffs: list[str] = []
         have, want = _flatten(recorded), _flatten(settings)
+        if section == "encoder":
+            diffs = [f"{section}.{d}" for d in
+                     ModelIdentity.from_settings(recorded).differences(ModelIdentity.from_settings(settings))]
+            have = {k: v for k, v in have.items() if k not in IDENTITY_KEYS}
+            want = {k: v for k, v in want.items() if k not in IDENTITY_KEYS}
         keys = [key for key in sorted(set(have) | set(want)) if have.get(key) != want.get(key)]
-        diffs = [f"{key}: store has {have.get(key)!r}, got {want.get(key)!r}" for key in keys]
+        diffs += [f"{section}.{key}: store has {have.get(key)!r}, got {want.get(key)!r}" for key in keys]
         if diffs:
-            what = f"{section} settings" if section else "settings"
-            hint = (
-                "use the store's own model (omit --model) or index into a new store"
-                if section == "encoder"
-                else "these are fixed when a store is created; index into a new store to change them"
+            if section == "encoder":
+                raise ModelMismatchError(
+                    f"store {self.path} was built with a different model or encoder settings ({'; '.join(diffs)}); "
+                    "pass a copy of the store's own model (any path; its fingerprint must match), omit --model / "
+                    "model= to use the recorded one, or index into a new store"
+                )
+            raise SettingsMismatchError(
+                f"store {self.path} was built with different {section} settings ({'; '.join(diffs)}); "
+                "these are fixed when a store is created; index into a new store to change them"
             )
-            model = section == "encoder" or any(k.startswith("encoder.") for k in keys)
-            error = ModelMismatchError if model else SettingsMismatchError
-            raise error(f"store {self.path} was built with different {what} ({'; '.join(diffs)}); {hint}")
 
     @_synchronized
     def set_settings(self, settings: Mapping[str, Any]) -> None:
-        """Record the settings on first write; later writes must match them."""
+        """Record the settings on first write; later writes must match them.
+
+        A matching write also refreshes the recorded model identity (a store written before
+        identities gains its fingerprint; the path becomes the one last written with).
+        """
         self._require_writer()
         self._manifest = self.engine.read_manifest() or self._manifest
         if self.settings:
             self.check_settings(settings)
+            recorded = self.settings
+            encoder = settings.get("encoder")
+            if isinstance(encoder, Mapping) and ModelIdentity.from_settings(encoder).fingerprint:
+                merged = {**(recorded.get("encoder") or {}), **{k: v for k, v in encoder.items() if k in IDENTITY_KEYS}}
+                if merged != recorded.get("encoder"):
+                    self._manifest["settings"] = json.loads(json.dumps({**recorded, "encoder": merged}))
+                    self.engine.write_manifest(self._manifest)
             return
         self._manifest["settings"] = json.loads(json.dumps(dict(settings)))
         self._manifest["format"] = STORE_FORMAT
@@ -589,7 +613,8 @@ class MultiVectorStore:
             raise DocumentNotFoundError(doc_id, self.path)
         data = self._packed([doc_id]).get(doc_id)
         if data is None:
-            raise StoreError(f"store {self.path}: the vectors of document {doc_id} are missing from Chroma")
+            self._check_deleted([doc_id])
+            raise DocumentNotFoundError(doc_id, self.path)
         q, scale, anchors = self._unpacked(doc_id, data)
         return dequantize(q, scale), anchors
 
@@ -610,6 +635,29 @@ class MultiVectorStore:
             for doc_id in wanted
             if doc_id in records
         ]
+
+    def iter_documents(self, where: Mapping[str, Any] | None = None, *, page: int = 500) -> Iterator[StoredDocument]:
+        """Every stored document (or those matching ``where``), a page of ``page`` records at a time.
+
+        Memory stays at one page whatever the store's size; documents deleted while iterating
+        are skipped, and one added meanwhile may or may not be seen.
+        """
+        if page < 1:
+            raise ValueError("page must be >= 1")
+        offset = 0
+        while True:
+            with self._mutex:
+                self._ensure_loaded()
+                rows = self.engine.records_page(where, page, offset)
+                found = [
+                    StoredDocument(i, _public(meta), self._n[i], parts=self._parts.get(i, (self._n[i],)))
+                    for i, meta in rows
+                    if i in self._n
+                ]
+            yield from found
+            if len(rows) < page:
+                return
+            offset += page
 
     @_synchronized
     def texts(self, ids: Sequence[str]) -> dict[str, str]:
@@ -672,6 +720,7 @@ class MultiVectorStore:
         """What the store holds and how it was built (``docpc info``); arguments fill what the store cannot know."""
         recorded = self.settings
         encoder = recorded.get("encoder") or {}
+        identity = ModelIdentity.from_settings(encoder)
         index = recorded.get("index") or dict(settings)
         docs = self.count()
         parts = self.bytes_by_part()
@@ -688,7 +737,10 @@ class MultiVectorStore:
             "bytes_grid_images": parts["grids"],
             "bytes_cache": self.cache.bytes(),
             "bytes_per_document": {**per_doc, "on_disk": round(on_disk / docs) if docs else 0},
-            "model": encoder.get("model_id", model),
+            "model": identity.hub_id or identity.path or identity.model_id or model,
+            "model_fingerprint": identity.fingerprint,
+            "model_revision": identity.revision,
+            "model_path": identity.path,
             "family": encoder.get("family"),
             "dim": self.dim,
             "max_num_visual_tokens": encoder.get("max_num_visual_tokens"),
@@ -748,17 +800,26 @@ class MultiVectorStore:
         pool = list(self._n) if allowed is None else [i for i in self._n if i in allowed]
         if not pool:
             return [[] for _ in queries]
-        with _single_blas_thread():
-            ranked = [
-                self._search_one(q, pool, allowed, top_k, max(n_candidates or self._candidates(q), top_k), exhaustive,
-                                 aggregate)
-                for q in qs
-            ]
-        records = self._public_metadata(list(dict.fromkeys(doc_id for hits in ranked for doc_id, _, _ in hits)))
-        return [
-            [ScoredDocument(d, s, dict(records[d]), parts) for d, s, parts in hits if d in records]
-            for hits in ranked
-        ]
+        out: list[list[ScoredDocument]] = []
+        for q in qs:
+            # A document deleted by another writer between the first stage and the record fetch is
+            # left out and its slot filled by the next candidate: a reader never fails on a writer.
+            gone: set[str] = set()
+            for _attempt in range(4):
+                live = pool if not gone else [i for i in pool if i not in gone]
+                keep = allowed if not gone else {i for i in (allowed if allowed is not None else pool) if i not in gone}
+                with _single_blas_thread():
+                    hits = self._search_one(q, live, keep, top_k, max(n_candidates or self._candidates(q), top_k),
+                                            exhaustive, aggregate)
+                records = self._public_metadata([d for d, _, _ in hits])
+                missing = {d for d, _, _ in hits if d not in records} | self._vanished
+                self._vanished = set()
+                found = [ScoredDocument(d, s, dict(records[d]), parts) for d, s, parts in hits if d in records]
+                if len(found) >= min(top_k, len(live) - len(missing)) or not missing - gone:
+                    break
+                gone |= missing
+            out.append(found[:top_k])
+        return out
 
     def _candidates(self, query: np.ndarray) -> int:
         """Candidates to score exactly for a query of ``query.shape[0]`` tokens (see the module docstring)."""
@@ -791,18 +852,25 @@ class MultiVectorStore:
         for start in range(0, len(cand), _SCORE_CHUNK):
             chunk = cand[start : start + _SCORE_CHUNK]
             scores, per_part = self._score(q, chunk, aggregate)
-            best.extend((float(s), d, tuple(float(v) for v in p)) for s, d, p in zip(scores, chunk, per_part))
+            best.extend(
+                (float(s), d, tuple(float(v) for v in p)) for s, d, p in zip(scores, chunk, per_part) if np.isfinite(s)
+            )
             best = sorted(best, key=lambda x: (-x[0], x[1]))[:top_k]
         return [(d, s, p) for s, d, p in best]
 
     def _score(self, query: np.ndarray, ids: Sequence[str], aggregate: str) -> tuple[np.ndarray, list[np.ndarray]]:
         """Exact aggregate scores ``[len(ids)]`` and each document's part scores, straight from int8 rows."""
         packed = self._packed(ids)
+        absent = [doc_id for doc_id in ids if doc_id not in packed]
+        if absent:
+            self._check_deleted(absent)
+            self._vanished.update(absent)
         rows, scales, lengths, counts = [], [], [], []
-        for doc_id in ids:
-            data = packed.get(doc_id)
-            if data is None:
-                raise StoreError(f"store {self.path}: the vectors of document {doc_id} are missing from Chroma")
+        kept = [doc_id for doc_id in ids if doc_id in packed]
+        if not kept:
+            return np.full(len(ids), -np.inf, dtype=np.float32), [np.zeros(0, np.float32) for _ in ids]
+        for doc_id in kept:
+            data = packed[doc_id]
             q8, scale, _ = self._unpacked(doc_id, data)
             rows.append(q8)
             scales.append(scale)
@@ -810,11 +878,26 @@ class MultiVectorStore:
             lengths.extend(split)
             counts.append(len(split))
         flat = maxsim_int8(query, np.concatenate(rows), np.concatenate(scales), lengths)
-        if len(lengths) == len(ids):  # one part each: the part score is the document score
-            return flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(ids))]
-        per_doc = np.split(flat, np.cumsum(counts)[:-1])
-        reduce = {"max": np.max, "mean": np.mean, "sum": np.sum}[aggregate]
-        return np.array([reduce(p) for p in per_doc], dtype=np.float32), per_doc
+        if len(lengths) == len(kept):  # one part each: the part score is the document score
+            scores, per_part = flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(kept))]
+        else:
+            per_part = np.split(flat, np.cumsum(counts)[:-1])
+            reduce = {"max": np.max, "mean": np.mean, "sum": np.sum}[aggregate]
+            scores = np.array([reduce(p) for p in per_part], dtype=np.float32)
+        if not absent:
+            return scores, per_part
+        by_id = dict(zip(kept, zip(scores.tolist(), per_part)))
+        empty = (float("-inf"), np.zeros(0, np.float32))
+        return (np.array([by_id.get(i, empty)[0] for i in ids], dtype=np.float32),
+                [by_id.get(i, empty)[1] for i in ids])
+
+    def _check_deleted(self, ids: Sequence[str]) -> None:
+        """Payload missing: fine for documents deleted meanwhile (their records are gone too), an error otherwise."""
+        still = self.engine.records(list(ids), include_summary=False)
+        if still:
+            raise StoreError(
+                f"store {self.path}: the vectors of document(s) {', '.join(sorted(still))} are missing from Chroma"
+            )
 
     # --------------------------------------------------------------- lifetime
     @_synchronized

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from docpc_retrievers.adapters import IMAGE_MIME_TYPE, PathLike, b64_png, compose_pdfs, path_list
 from docpc_retrievers.config import GridSpec
 from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE
+from docpc_retrievers.documents.user_metadata import UserMetadata
 from langchain_core.document_loaders import BaseLoader
 from langchain_core.documents import Document
 
@@ -35,6 +36,8 @@ class DocPCLoader(BaseLoader):
             :class:`docpc_retrievers.IndexSettings`.
         password: opens encrypted PDFs.
         raise_on_error: raise :class:`docpc_retrievers.PDFLoadError` instead of skipping.
+        metadata: your keys, a dict for every file or a callable ``path -> dict``, merged over each
+            PDF's ``<name>.pdf.json`` sidecar; checked as an index checks them.
     """
 
     def __init__(
@@ -48,15 +51,19 @@ class DocPCLoader(BaseLoader):
         seed: int = 0,
         password: str | None = None,
         raise_on_error: bool = False,
+        metadata: UserMetadata = None,
     ) -> None:
         self.paths = path_list(paths)
+        self.metadata = metadata
         self.settings = GridSpec(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
         self.password = password
         self.raise_on_error = raise_on_error
 
     def lazy_load(self) -> Iterator[Document]:
         """Yield one Document per readable PDF, composing each grid only when it is reached."""
-        for doc in compose_pdfs(self.paths, self.settings, password=self.password, raise_on_error=self.raise_on_error):
+        for doc in compose_pdfs(
+            self.paths, self.settings, password=self.password, raise_on_error=self.raise_on_error, metadata=self.metadata
+        ):
             assert doc.grid is not None
             metadata = {**doc.metadata, "image_base64": b64_png(doc.grid.image), "image_mime_type": IMAGE_MIME_TYPE}
             yield Document(id=doc.doc_id, page_content=doc.text, metadata=metadata)

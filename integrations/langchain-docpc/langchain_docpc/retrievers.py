@@ -112,8 +112,11 @@ class DocPCRetriever(BaseRetriever):
     ) -> DocPCRetriever:
         """Index PDF files and folders and return a retriever over them (its options saved with a ``persist_dir``).
 
-        ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress`` and
-        ``encoder_kwargs`` configure the index (see :func:`docpc_retrievers.adapters.build_index`);
+        ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress``, ``workers`` and
+        ``encoder_kwargs`` configure the index; ``prune=True`` makes a ``persist_dir`` store mirror
+        ``paths`` (documents whose source under them is gone are deleted); ``metadata`` attaches your
+        keys (a dict, or ``path -> dict``), filterable like the built-in ones
+        (see :func:`docpc_retrievers.adapters.build_index`);
         other ``kwargs`` are retriever fields (k, filter, ...). Without ``persist_dir`` a temporary
         store is deleted by :meth:`close`.
         """

@@ -14,6 +14,7 @@ from typing import Any
 from docpc_retrievers.adapters import PathLike, b64_png, compose_pdfs
 from docpc_retrievers.config import GridSpec
 from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE
+from docpc_retrievers.documents.user_metadata import UserMetadata
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import Document, ImageDocument
 
@@ -39,6 +40,8 @@ class DocPCReader(BaseReader):
             :class:`docpc_retrievers.IndexSettings`.
         password: opens encrypted PDFs.
         raise_on_error: raise :class:`docpc_retrievers.PDFLoadError` instead of skipping.
+        metadata: your keys, a dict for every file or a callable ``path -> dict``, merged over each
+            PDF's ``<name>.pdf.json`` sidecar; checked as an index checks them.
     """
 
     def __init__(
@@ -51,7 +54,9 @@ class DocPCReader(BaseReader):
         seed: int = 0,
         password: str | None = None,
         raise_on_error: bool = False,
+        metadata: UserMetadata = None,
     ) -> None:
+        self.metadata = metadata
         self.settings = GridSpec(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
         self.password = password
         self.raise_on_error = raise_on_error
@@ -68,7 +73,9 @@ class DocPCReader(BaseReader):
         """
         if fs is not None:
             raise NotImplementedError("DocPCReader reads local files only; fs=... is not supported")
-        for doc in compose_pdfs(file, self.settings, password=self.password, raise_on_error=self.raise_on_error):
+        for doc in compose_pdfs(
+            file, self.settings, password=self.password, raise_on_error=self.raise_on_error, metadata=self.metadata
+        ):
             assert doc.grid is not None
             yield ImageDocument(
                 id_=doc.doc_id,

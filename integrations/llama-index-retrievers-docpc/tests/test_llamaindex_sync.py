@@ -1,0 +1,46 @@
+"""from_pdfs(prune=..., metadata=...) and the reader's metadata: MetadataFilters see the user's keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+from docpc_retrievers.encoders import ColPaliEncoder
+from docpc_retrievers.testing.support import generated_pdfs
+from llama_index.retrievers.docpc import DocPCReader, DocPCRetriever
+
+
+def _group(path: Path) -> dict[str, object]:
+    n = int(path.stem.rsplit("-", 1)[1])
+    return {"group": "even" if n % 2 == 0 else "odd", "n": n}
+
+
+def test_user_metadata_filters_and_prune(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    docs = generated_pdfs(tmp_path / "docs", 4)
+    store = tmp_path / "store"
+    even = MetadataFilters(filters=[MetadataFilter(key="group", value="even")])
+    retriever = DocPCRetriever.from_pdfs([docs], persist_dir=store, encoder=tiny_encoder, metadata=_group,
+                                         similarity_top_k=4, filters=even)
+    try:
+        nodes = retriever.retrieve("report")
+        assert sorted(n.node.metadata["n"] for n in nodes) == [0, 2]
+        retriever.filters = MetadataFilters(filters=[MetadataFilter(key="n", value=3, operator=FilterOperator.GTE)])
+        assert [n.node.metadata["n"] for n in retriever.retrieve("report")] == [3]
+    finally:
+        retriever.close()
+    (docs / "generated-2.pdf").unlink()
+    retriever = DocPCRetriever.from_pdfs([docs], persist_dir=store, encoder=tiny_encoder, prune=True,
+                                         similarity_top_k=4, filters=None)
+    try:
+        assert retriever.index.last_report.counts()["removed"] == 1
+        assert sorted(n.node.metadata["n"] for n in retriever.retrieve("report")) == [0, 1, 3]
+    finally:
+        retriever.close()
+
+
+def test_reader_carries_user_metadata(tmp_path: Path) -> None:
+    docs = generated_pdfs(tmp_path / "docs", 2)
+    reader = DocPCReader(metadata=lambda p: {"year": 2020 + int(p.stem[-1])})
+    years = sorted(d.metadata["year"] for d in reader.load_data(docs))
+    assert years == [2020, 2021]
