@@ -45,7 +45,9 @@ __all__ = [
     "b64_png",
     "BUILD_OPTIONS",
     "build_index",
+    "check_known",
     "check_query",
+    "merge_search_kwargs",
     "clean_metadata",
     "compose_pdfs",
     "open_index",
@@ -163,6 +165,35 @@ class RetrieverOptions:
         names = set(cls.__dataclass_fields__) - {"password"}
         renamed = {_LEGACY_NAMES.get(k, k): v for k, v in data.items()}
         return cls(**{k: v for k, v in renamed.items() if k in names})
+
+
+def check_known(given: Iterable[str], known: Iterable[str], who: str) -> None:
+    """Raise ``TypeError`` naming each unknown option and listing the known ones (no option is ever dropped silently)."""
+    known_set = set(known)
+    unknown = sorted(set(given) - known_set)
+    if unknown:
+        raise TypeError(
+            f"{who} got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"known options: {', '.join(sorted(known_set))}"
+        )
+
+
+def merge_search_kwargs(
+    given: Mapping[str, Any], search_kwargs: Mapping[str, Any] | None, fields: Iterable[str], aliases: Mapping[str, str]
+) -> dict[str, Any]:
+    """Options from a ``search_kwargs`` dict (keys ``fields`` or their ``aliases``); an option given both ways with
+    different values raises ``ValueError``, an unknown key ``TypeError``."""
+    if not search_kwargs:
+        return {}
+    check_known(search_kwargs, [*fields, *aliases], "search_kwargs")
+    out: dict[str, Any] = {}
+    for key, value in search_kwargs.items():
+        name = aliases.get(key, key)
+        if (name in given and given[name] != value) or (name in out and out[name] != value):
+            raise ValueError(f"{name} is given twice with different values: {given.get(name, out.get(name))!r} and "
+                             f"search_kwargs[{key!r}]={value!r}; pass it once")
+        out[name] = value
+    return out
 
 
 def check_query(query: object) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE, grid_shape
 from docpc_retrievers.documents.selection import STRATEGIES
+from docpc_retrievers.filters import check_where
 
 __all__ = [
     "AGGREGATES",
@@ -306,6 +307,7 @@ class SearchOptions:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
         if self.filters is not None and not isinstance(self.filters, Mapping):
             raise TypeError(f"filters must be a Chroma where dict, got {type(self.filters).__name__}")
+        check_where(self.filters)  # a malformed filter fails here, before a model loads
 
     @classmethod
     def build(

@@ -9,6 +9,7 @@ __all__ = [
     "PDF_ERROR_KINDS",
     "DocPCError",
     "DocumentNotFoundError",
+    "InvalidFilterError",
     "InvalidMetadataError",
     "ModelLoadError",
     "ModelMismatchError",
@@ -95,3 +96,7 @@ class InvalidMetadataError(DocPCError, ValueError):
 
 class SourceRootError(DocPCError, ValueError):
     """A folder or file given to index or prune does not exist or holds no PDF; nothing was changed."""
+
+
+class InvalidFilterError(DocPCError, ValueError):
+    """A metadata filter (``where``, ``filters``) that is malformed: names the operator or key and lists the valid ones."""

@@ -249,10 +249,10 @@ def test_search_json_is_a_ranked_list_of_documents(
     assert (geotopo["pages"], geotopo["selected_pages"], geotopo["title"]) == (117, [1, 2, 3, 4], "Geometrie und Topologie")
 
 
-def test_search_top_k_0_is_empty(runs: Runs) -> None:
+def test_search_top_k_0_is_a_usage_error(runs: Runs) -> None:
     zero = runs["search_top0"]
-    assert zero.returncode == 0, zero.describe()
-    assert zero.json() == []
+    assert zero.returncode == 2, zero.describe()
+    assert "--top-k: must be >= 1" in zero.stderr and zero.stdout == ""
 
 
 # --------------------------------------------------------------------------- docpc delete / info

@@ -17,7 +17,7 @@ from importlib import import_module
 
 from docpc_retrievers import __version__
 from docpc_retrievers.cli.common import EXIT_FATAL, EXIT_USAGE, UsageError
-from docpc_retrievers.errors import DocPCError, InvalidMetadataError, SourceRootError
+from docpc_retrievers.errors import DocPCError, InvalidFilterError, InvalidMetadataError, SourceRootError
 
 __all__ = ["build_parser", "main"]
 
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except UsageError as exc:
         parser.error(str(exc))
-    except (InvalidMetadataError, SourceRootError) as exc:  # the user's input, found after parsing
+    except (InvalidFilterError, InvalidMetadataError, SourceRootError) as exc:  # the user's input, found after parsing
         print(f"docpc: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except DocPCError as exc:

@@ -127,7 +127,13 @@ def parse_where(text: str | None, option: str = "--where") -> dict[str, Any] | N
         raise UsageError(f"{option} is not valid JSON: {exc}") from None
     if not isinstance(where, dict):
         raise UsageError(f"{option} must be a JSON object")
-    return where
+    from docpc_retrievers.errors import InvalidFilterError
+    from docpc_retrievers.filters import check_where
+
+    try:
+        return check_where(where)
+    except InvalidFilterError as exc:
+        raise UsageError(f"{option}: {exc}") from None
 
 
 def require_store(args: argparse.Namespace) -> None:

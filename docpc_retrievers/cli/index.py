@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -148,6 +149,8 @@ def run_index(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not _check_paths(args):
         return EXIT_OK
+    if not args.verbose:  # each failure is printed once, from the report below, not also as a log warning
+        logging.getLogger("docpc_retrievers.indexing").setLevel(logging.ERROR)
     settings = _settings(args)
     with DocPCIndex(
         args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),

@@ -11,13 +11,23 @@ from docpc_retrievers.cli.common import (
     add_store_options,
     emit,
     encoder_options,
-    non_negative_int,
     parse_where,
     positive_int,
     store_kwargs,
 )
 
-__all__ = ["register"]
+__all__ = ["page_ranges", "register"]
+
+
+def page_ranges(pages: list[int]) -> str:
+    """``[1, 2, 3, 5, 7, 8]`` -> ``1-3,5,7-8``: a 117-page document's pages fit on a line."""
+    runs: list[list[int]] = []
+    for page in pages:
+        if runs and page == runs[-1][-1] + 1:
+            runs[-1].append(page)
+        else:
+            runs.append([page])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "-"
 
 
 def register(sub: Any) -> None:
@@ -25,9 +35,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("search", help="rank indexed documents for a query")
     p.add_argument("query", help="the query text")
     add_store_options(p)
-    p.add_argument("--top-k", type=non_negative_int, default=5, help="results to return (default 5)")
+    p.add_argument("--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
-    p.add_argument("--aggregate", choices=("max", "mean", "sum"), default="max", help="page mode: MaxP, AvgP or SumP")
+    p.add_argument(
+        "--aggregate", choices=("max", "mean", "sum"), help="page-mode stores only: MaxP (max, default), AvgP or SumP"
+    )
     p.add_argument("--rerank", action="store_true", help="grid-then-page: rescore the top documents page by page")
     p.add_argument("--rerank-top-n", type=positive_int, default=20, help="documents to rerank (default 20)")
     p.add_argument("--page-budget", type=positive_int, default=4, help="pages encoded per reranked document (default 4)")
@@ -47,11 +59,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise UsageError("the query is empty")
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
+        if args.aggregate is not None and index.settings.mode != "page":
+            raise UsageError(
+                f"--aggregate applies to page-mode stores only; {args.store} is a {index.settings.mode}-mode store "
+                "(one grid per document: there are no page scores to combine)"
+            )
         results = index.search(
             args.query,
             args.top_k,
             filters=where,
-            aggregate=args.aggregate,
+            aggregate=args.aggregate or "max",
             rerank=args.rerank,
             rerank_top_n=args.rerank_top_n,
             page_budget=args.page_budget,
@@ -63,13 +80,14 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         print("no results")
     for r in results:
-        pages = ",".join(str(p) for p in r.selected_pages)
-        print(f"{r.rank:3d}. {r.score:9.4f}  {r.title or '-'}  [{r.total_pages} pages; indexed {pages}]")
+        total = f"{r.total_pages} page{'' if r.total_pages == 1 else 's'}"
+        print(f"{r.rank:3d}. {r.score:9.4f}  {r.title or '-'}  [{total}; indexed {page_ranges(r.selected_pages)}]")
         print(f"     {r.source}  id={r.id}")
         if r.evidence_pages:
-            shown = ", ".join(
-                f"p{e.page} {e.share:.0%}" if e.share is not None else f"p{e.page} {e.score:.3f}"
-                for e in r.evidence_pages[:4]
-            )
-            print(f"     evidence: {shown}")
+            if r.evidence_pages[0].share is not None:
+                shown = ", ".join(f"p{e.page} {e.share or 0.0:.0%}" for e in r.evidence_pages[:4])
+                print(f"     evidence (share of the grid score): {shown}")
+            else:
+                shown = ", ".join(f"p{e.page} {e.score or 0.0:.3f}" for e in r.evidence_pages[:4])
+                print(f"     evidence (each page's own score): {shown}")
     return EXIT_OK

@@ -12,7 +12,7 @@ from docpc_retrievers.cli.common import (
     add_store_options,
     emit,
     encoder_options,
-    non_negative_int,
+    parse_where,
     positive_int,
     store_kwargs,
 )
@@ -25,7 +25,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="explain why documents matched: heat over the grid, page crops, an HTML report")
     p.add_argument("query", help="the query text")
     add_store_options(p)
-    p.add_argument("--top-k", type=non_negative_int, default=5, help="hits to explain (default 5)")
+    p.add_argument("--top-k", type=positive_int, default=5, help="hits to explain (default 5)")
+    p.add_argument("--where", help="explain the hits of a filtered search: a Chroma metadata filter (JSON)")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", type=Path, help="write one self-contained HTML report here")
     out.add_argument("--png", type=Path, metavar="DIR", help="write each hit's pictures as PNG files under DIR")
@@ -45,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the query is empty")
     if args.dpi <= 0:
         raise UsageError("--dpi must be positive")
+    where = parse_where(args.where)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        results = index.search(args.query, args.top_k, rerank=args.rerank, password=args.password)
+        results = index.search(args.query, args.top_k, filters=where, rerank=args.rerank, password=args.password)
         explained = [r.explain(top_pages=args.pages, dpi=args.dpi, password=args.password) for r in results]
         model = index.model
     written: list[str] = []
@@ -60,5 +62,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit({"hits": [r.to_dict() for r in results], "written": written})
     else:
-        print(f"{len(results)} hit(s) explained; wrote {', '.join(written) if written else 'nothing'}")
+        print(f"{len(results)} hit{'' if len(results) == 1 else 's'} explained; wrote {', '.join(written) if written else 'nothing'}")
     return EXIT_OK

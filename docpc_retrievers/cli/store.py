@@ -70,18 +70,54 @@ def run_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _size(n: int | None) -> str:
+    if not n:
+        return "0 B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _pair(value: Any) -> str:
+    return "x".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+
+
+def info_text(info: dict[str, Any]) -> str:
+    """``docpc info`` for people: grouped lines, sizes in KiB/MiB, absent facts left out (``--json`` has them all)."""
+    per_doc = info.get("bytes_per_document") or {}
+    lines = [
+        ("store", info["path"] + (f" on the Chroma server {info['server']}" if info.get("server") else " (embedded)")),
+        ("collection", info.get("collection")),
+        ("documents", f"{info['documents']} ({info['images_encoded']} images encoded, {info['vectors']} vectors)"),
+        ("model", info.get("model")),
+        ("fingerprint", info.get("model_fingerprint")),
+        ("hub commit", info.get("model_revision")),
+        ("family", f"{info.get('family')}, dim {info.get('dim')}"
+         + (f", {info['max_num_visual_tokens']} visual tokens" if info.get("max_num_visual_tokens") else "")),
+        ("mode", f"{info.get('mode')}: {info.get('strategy')} {info.get('pages') or 'all'} pages"
+         + (f", grid {info['grid']} of {_pair(info.get('cell_size'))} px cells" if info.get("grid") else "")
+         + (f", pool factor {info['pool_factor']}" if info.get("pool_factor") else "")),
+        ("on disk", f"{_size(info.get('bytes_on_disk'))} ({_size(per_doc.get('on_disk'))} per document; "
+         f"cache {_size(info.get('bytes_cache'))}, grid previews {_size(info.get('bytes_grid_images'))})"),
+        ("page cache", f"{info.get('page_cache_pages', 0)} pages, {_size(info.get('page_cache_bytes'))}"),
+    ]
+    width = max(len(k) for k, v in lines if v not in (None, ""))
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in lines if v not in (None, ""))
+
+
 def run_info(args: argparse.Namespace) -> int:
-    """``docpc info``: one line per fact (or JSON)."""
+    """``docpc info``: a readable block (or the JSON object)."""
     from docpc_retrievers.index import DocPCIndex
 
+    require_store(args)
     with DocPCIndex(args.store, **store_kwargs(args)) as index:
         info = index.info()
     if args.json:
         emit(info)
     else:
-        width = max(len(k) for k in info)
-        for key, value in info.items():
-            print(f"{key:<{width}}  {value}")
+        print(info_text(info))
     return EXIT_OK
 
 
@@ -128,6 +164,7 @@ def run_clear_cache(args: argparse.Namespace) -> int:
     """``docpc clear-cache``: removes the rerank page cache."""
     from docpc_retrievers.index import DocPCIndex
 
+    require_store(args)
     with DocPCIndex(args.store, **store_kwargs(args)) as index:
         removed = index.clear_page_cache()
     if args.json:

@@ -41,6 +41,7 @@ from docpc_retrievers.errors import (
     StoreError,
 )
 from docpc_retrievers.encoders.identity import IDENTITY_KEYS, ModelIdentity
+from docpc_retrievers.filters import check_where
 from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
@@ -556,6 +557,7 @@ class MultiVectorStore:
     @_synchronized
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """All document ids, or those whose metadata matches a Chroma ``where`` filter."""
+        where = check_where(where)
         self._ensure_loaded()
         if where is None:
             return list(self._n)
@@ -644,6 +646,7 @@ class MultiVectorStore:
         """
         if page < 1:
             raise ValueError("page must be >= 1")
+        where = check_where(where)
         offset = 0
         while True:
             with self._mutex:

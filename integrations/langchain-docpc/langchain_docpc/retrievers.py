@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, b64_png
+from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, b64_png, check_known, merge_search_kwargs
 from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
@@ -31,6 +31,8 @@ DEFAULT_K = DEFAULT_TOP_K
 _IGNORED_KWARGS = frozenset({"verbose"})
 #: Retriever fields that are core options under another name (LangChain spells top k and filters its own way).
 _RENAMED = {"k": "top_k", "filter": "filters"}
+#: Other names LangChain users write for the same options in search_kwargs.
+_SEARCH_ALIASES = {"top_k": "k", "filters": "filter"}
 _OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
                   "return_images", "page_dpi")
 
@@ -85,8 +87,12 @@ class DocPCRetriever(BaseRetriever):
         *,
         encoder: Encoder | None = None,
         encoder_kwargs: Mapping[str, Any] | None = None,
+        search_kwargs: Mapping[str, Any] | None = None,
         **data: Any,
     ) -> None:
+        check_known(data, [*type(self).model_fields, "search_kwargs", "encoder", "encoder_kwargs"], "DocPCRetriever")
+        # LangChain's as_retriever(search_kwargs={"k": ..., "filter": ...}) spelling, checked like the fields
+        data.update(merge_search_kwargs(data, search_kwargs, _OPTION_FIELDS, _SEARCH_ALIASES))
         super().__init__(**data)
         if index is not None:
             if not isinstance(index, DocPCIndex):
@@ -159,10 +165,10 @@ class DocPCRetriever(BaseRetriever):
         rerank: bool | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        unknown = set(kwargs) - _IGNORED_KWARGS
-        if unknown:
-            raise TypeError(f"DocPCRetriever got unexpected keyword arguments {sorted(unknown)}; it accepts k, filter and rerank")
-        return [_document(hit) for hit in retrieve(self._index, query, self.options(k=k, filter=filter, rerank=rerank))]
+        kwargs = {k: v for k, v in kwargs.items() if k not in _IGNORED_KWARGS}
+        check_known(kwargs, _OPTION_FIELDS, "DocPCRetriever.invoke")
+        options = self.options(k=k, filter=filter, rerank=rerank, **kwargs)
+        return [_document(hit) for hit in retrieve(self._index, query, options)]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any

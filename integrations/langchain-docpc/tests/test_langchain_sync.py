@@ -36,3 +36,31 @@ def test_loader_carries_user_metadata(tmp_path: Path) -> None:
     loaded = {Path(d.metadata["source"]).name: d.metadata for d in DocPCLoader(docs, metadata={"dept": "legal"}).load()}
     assert loaded["generated-0.pdf"]["dept"] == "legal" and "customer" not in loaded["generated-0.pdf"]
     assert loaded["generated-1.pdf"]["customer"] == "acme" and loaded["generated-1.pdf"]["dept"] == "legal"
+
+
+def test_search_kwargs_and_unknown_options(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    import pytest
+
+    docs = generated_pdfs(tmp_path / "docs", 5)  # document i has i+1 pages
+    with DocPCRetriever.from_pdfs([docs], persist_dir=tmp_path / "store", encoder=tiny_encoder):
+        pass
+    store = str(tmp_path / "store")
+    with DocPCRetriever(persist_dir=store, encoder=tiny_encoder, search_kwargs={"k": 2}) as retriever:
+        assert len(retriever.invoke("report")) == 2
+    kwargs = {"k": 5, "filter": {"total_pages": {"$gte": 4}}}
+    with DocPCRetriever(persist_dir=store, encoder=tiny_encoder, search_kwargs=kwargs) as retriever:
+        assert sorted(d.metadata["total_pages"] for d in retriever.invoke("report")) == [4, 5]
+        with pytest.raises(TypeError, match="unknown option 'foo'.*known options: .*filter"):
+            retriever.invoke("report", foo=1)
+    with pytest.raises(TypeError, match="unknown option 'top_k'; known options: .*k, "):
+        DocPCRetriever(persist_dir=store, encoder=tiny_encoder, top_k=2)
+    with pytest.raises(TypeError, match="unknown option 'filters'"):
+        DocPCRetriever(persist_dir=store, encoder=tiny_encoder, filters={"total_pages": 1})
+    with pytest.raises(TypeError, match="search_kwargs got unknown option 'kk'"):
+        DocPCRetriever(persist_dir=store, encoder=tiny_encoder, search_kwargs={"kk": 1})
+    with pytest.raises(ValueError, match="given twice"):
+        DocPCRetriever(persist_dir=store, encoder=tiny_encoder, k=2, search_kwargs={"k": 3})
+    from docpc_retrievers import InvalidFilterError
+
+    with pytest.raises(InvalidFilterError, match=r"\$gtee"):
+        DocPCRetriever(persist_dir=store, encoder=tiny_encoder, filter={"total_pages": {"$gtee": 1}})

@@ -44,3 +44,14 @@ def test_reader_carries_user_metadata(tmp_path: Path) -> None:
     reader = DocPCReader(metadata=lambda p: {"year": 2020 + int(p.stem[-1])})
     years = sorted(d.metadata["year"] for d in reader.load_data(docs))
     assert years == [2020, 2021]
+
+
+def test_unknown_options_are_refused_with_the_known_ones(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    import pytest
+
+    from docpc_retrievers import DocPCIndex
+
+    docs = generated_pdfs(tmp_path / "docs", 3)
+    with DocPCIndex.from_pdfs([docs], tmp_path / "store", encoder=tiny_encoder, workers=0) as index:
+        with pytest.raises(TypeError, match="unknown option 'top_k'; known options: .*similarity_top_k"):
+            DocPCRetriever(index, top_k=2)

@@ -15,7 +15,7 @@ from typing import Any
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, ReturnImages, build_index
-from docpc_retrievers.adapters import open_index, retrieve, save_options, saved_options, split_build_options
+from docpc_retrievers.adapters import check_known, open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -70,11 +70,11 @@ class DocPCRetriever(BaseRetriever):
     ) -> None:
         if not isinstance(index, DocPCIndex):
             raise TypeError(f"index must be a docpc_retrievers.DocPCIndex, not {type(index).__name__}")
+        check_known(options, [*_OPTION_ATTRS, "filters", "password", "owns_index", "callback_manager", "verbose"],
+                    "DocPCRetriever")
         defaults = RetrieverOptions()
         for name in _OPTION_ATTRS[1:]:
             setattr(self, name, options.pop(name, getattr(defaults, name)))
-        if options:
-            raise TypeError(f"DocPCRetriever got unexpected keyword arguments {sorted(options)}")
         self._index, self.similarity_top_k, self.filters = index, similarity_top_k, filters
         self._password, self._owns_index = password, owns_index
         self.options()  # every option fails now, not at the first query

@@ -1,0 +1,80 @@
+"""Metadata filters (Chroma ``where`` dicts) checked before anything heavy runs.
+
+A typo in a filter must fail at once with the operator or key it is about,
+not after a model has loaded, and as this library's error, not a bare
+``ValueError`` from the database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from docpc_retrievers.errors import InvalidFilterError
+
+__all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "check_where"]
+
+COMPARISON_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$not_contains")
+LOGICAL_OPERATORS = ("$and", "$or")
+
+
+def _describe(where: Any) -> str:
+    try:
+        return json.dumps(where, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(where)
+
+
+def _walk(where: Mapping[str, Any]) -> None:
+    """Our own checks first: they name the key, which Chroma's messages do not."""
+    for key, value in where.items():
+        if not isinstance(key, str):
+            raise InvalidFilterError(f"filter key {key!r} is not a string")
+        if key.startswith("$"):
+            if key not in LOGICAL_OPERATORS:
+                raise InvalidFilterError(
+                    f"unknown logical operator {key!r}; use {' or '.join(LOGICAL_OPERATORS)} "
+                    f"(with a list of at least two filters), or a metadata key"
+                )
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, Mapping):
+                        _walk(item)
+            continue
+        if isinstance(value, Mapping):
+            for op in value:
+                if op not in COMPARISON_OPERATORS:
+                    raise InvalidFilterError(
+                        f"unknown operator {op!r} for key {key!r}; valid operators: {', '.join(COMPARISON_OPERATORS)}"
+                    )
+
+
+def check_where(where: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The filter as a plain dict, or :class:`InvalidFilterError` naming what is wrong and what is valid."""
+    if where is None:
+        return None
+    if not isinstance(where, Mapping):
+        raise InvalidFilterError(f"a filter must be a dict (a Chroma where filter), got {type(where).__name__}")
+    if not where:
+        return None
+    plain = json.loads(json.dumps(where, default=_unserialisable)) if _nested_mappings(where) else dict(where)
+    _walk(plain)
+    from chromadb.api.types import validate_where
+
+    try:
+        validate_where(plain)
+    except (ValueError, TypeError) as exc:
+        raise InvalidFilterError(
+            f"invalid filter {_describe(plain)}: {exc}. Comparison operators: {', '.join(COMPARISON_OPERATORS)}; "
+            f"logical: {', '.join(LOGICAL_OPERATORS)} with a list of at least two filters"
+        ) from None
+    return plain
+
+
+def _nested_mappings(where: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, (Mapping, list, tuple)) for v in where.values())
+
+
+def _unserialisable(value: Any) -> Any:
+    raise InvalidFilterError(f"filter value {value!r} of type {type(value).__name__} cannot be used in a filter")

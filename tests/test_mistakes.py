@@ -1,0 +1,121 @@
+"""Every mistake gets a clear answer: filters checked before a model loads, options that do not apply,
+readable output. The command line runs in this process here, so a model load can be caught."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_helpers import clear_chroma_cache, make_pdf
+
+from docpc_retrievers import DocPCError, DocPCIndex, InvalidFilterError
+from docpc_retrievers.cli.app import main
+from docpc_retrievers.cli.search import page_ranges
+from docpc_retrievers.encoders import ColPaliEncoder
+from docpc_retrievers.filters import check_where
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chroma() -> Iterator[None]:
+    clear_chroma_cache()
+    yield
+    clear_chroma_cache()
+
+
+@pytest.fixture()
+def store(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> Path:
+    for i in range(3):
+        make_pdf(tmp_path / "docs" / f"m{i}.pdf", f"mistake document {i}", 1 + i)
+    with DocPCIndex.from_pdfs([tmp_path / "docs"], tmp_path / "store", encoder=tiny_encoder, workers=0):
+        pass
+    clear_chroma_cache()
+    return tmp_path / "store"
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt to load a model fails the test: mistakes must be caught before."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(ColPaliEncoder, "__init__", refuse)
+
+
+@pytest.mark.parametrize(
+    ("where", "named"),
+    [
+        ({"total_pages": {"$gtee": 1}}, "'$gtee' for key 'total_pages'"),
+        ({"$and": [{"a": 1}]}, "at least two"),
+        ({"$xor": [{"a": 1}, {"b": 2}]}, "'$xor'"),
+        ({"a": {"$in": []}}, "non-empty list"),
+        ({"a": {"$gt": "x"}}, "int or a float"),
+    ],
+)
+def test_bad_filters_raise_the_library_error(where: dict, named: str) -> None:
+    with pytest.raises(InvalidFilterError, match=named.replace("$", r"\$")) as caught:
+        check_where(where)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, DocPCError)
+    assert check_where({"total_pages": {"$gte": 2}}) == {"total_pages": {"$gte": 2}}
+
+
+def test_filter_typo_fails_before_the_model_loads(store: Path, no_model_load: None) -> None:
+    with DocPCIndex(store) as index:
+        with pytest.raises(InvalidFilterError, match="valid operators"):
+            index.search("anything", filters={"total_pages": {"$gtee": 1}})
+        with pytest.raises(InvalidFilterError):
+            list(index.documents(where={"$or": 1}))
+
+
+@pytest.mark.parametrize("command", ["search", "show"])
+def test_cli_filter_typo_is_a_usage_error_before_loading(
+    store: Path, no_model_load: None, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ["--out", str(tmp_path / "r.html")] if command == "show" else []
+    with pytest.raises(SystemExit) as caught:
+        main([command, "x", "--store", str(store), "--where", '{"total_pages": {"$gtee": 1}}', *extra])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown operator '$gtee'" in err and "unexpected" not in err
+
+
+def test_show_takes_where(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.html"
+    code = main(["show", "mistake", "--store", str(store), "--where", '{"total_pages": 3}', "--out", str(out), "--json"])
+    assert code == 0
+    import json
+
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert [h["pages"] for h in hits] == [3] and out.is_file()
+
+
+def test_options_that_do_not_apply_say_so(store: Path, no_model_load: None, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["search", "x", "--store", str(store), "--aggregate", "mean"])
+    assert caught.value.code == 2 and "page-mode stores only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main(["search", "x", "--store", str(store), "--top-k", "0"])
+    assert caught.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_index_of_a_folder_without_pdfs(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "nothing").mkdir()
+    assert main(["index", str(tmp_path / "nothing"), "--store", str(store)]) == 0  # the store exists: a warning
+    assert "no PDF under" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main(["index", str(tmp_path / "nothing"), "--store", str(tmp_path / "new-store")])
+    assert caught.value.code == 2 and not (tmp_path / "new-store").exists()
+
+
+def test_info_is_a_readable_block(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "{" not in out and "fingerprint  sha256:" in out and "(embedded)" in out
+
+
+def test_search_output_counts_pages_and_labels_evidence(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "mistake", "--store", str(store), "--top-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "[1 page;" in out and "1 pages" not in out and "evidence (share of the grid score)" in out
+    assert page_ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8" and page_ranges(list(range(1, 118))) == "1-117"
