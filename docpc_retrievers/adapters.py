@@ -37,7 +37,9 @@ __all__ = [
     "DEFAULT_PAGE_DPI",
     "DROPPED_METADATA_KEYS",
     "GRID_MIME_TYPE",
+    "IMAGE_FORMATS",
     "IMAGE_MIME_TYPE",
+    "ImageFormat",
     "PathLike",
     "RETURN_IMAGES",
     "RetrieverOptions",
@@ -50,6 +52,7 @@ __all__ = [
     "merge_search_kwargs",
     "clean_metadata",
     "compose_pdfs",
+    "convert_image",
     "open_index",
     "path_list",
     "result_metadata",
@@ -74,12 +77,17 @@ DEFAULT_PAGE_DPI = 144.0
 ReturnImages = Literal["grid", "pages", "evidence"] | None
 RETURN_IMAGES: tuple[str | None, ...] = ("grid", "pages", "evidence", None)
 
+#: Formats images can be converted to on the way out (``image_format``); None keeps each as made.
+ImageFormat = Literal["png", "jpeg", "webp"] | None
+IMAGE_FORMATS: tuple[str | None, ...] = ("png", "jpeg", "webp", None)
+_MIME = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+
 #: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
 DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 
 _OPTIONS_FORMAT = 1
 #: Options for which None is a value (not "leave the default").
-_NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight"})
+_NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight", "image_format"})
 #: Keys of option files written by version 0.1 (LlamaIndex's persist).
 _LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
 
@@ -92,7 +100,9 @@ class RetrieverOptions:
     ``aggregate`` combines page scores of page-mode stores (``max``, ``mean``,
     ``sum``); ``rerank`` turns on grid-then-page reranking (``rerank_top_n``,
     ``page_budget``, ``grid_weight``: None takes the core default);
-    ``return_images`` and ``page_dpi`` choose the image each hit carries;
+    ``return_images`` and ``page_dpi`` choose the image each hit carries and
+    ``image_format`` converts it (``"png"``, ``"jpeg"``, ``"webp"``; None: as
+    stored, the mime type says which) for consumers that need one format;
     ``password`` opens encrypted sources (never saved).
     """
 
@@ -105,11 +115,14 @@ class RetrieverOptions:
     grid_weight: float | None = None
     return_images: ReturnImages = "grid"
     page_dpi: float = DEFAULT_PAGE_DPI
+    image_format: ImageFormat = None
     password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.return_images not in RETURN_IMAGES:
             raise ValueError(f"return_images must be 'grid', 'pages', 'evidence' or None, got {self.return_images!r}")
+        if self.image_format not in IMAGE_FORMATS:
+            raise ValueError(f"image_format must be 'png', 'jpeg', 'webp' or None (as stored), got {self.image_format!r}")
         if isinstance(self.page_dpi, bool) or not isinstance(self.page_dpi, (int, float)) or not self.page_dpi > 0:
             raise ValueError(f"page_dpi must be > 0, got {self.page_dpi!r}")
         if self.aggregate not in AGGREGATES:
@@ -365,11 +378,41 @@ def _live_hit(index: DocPCIndex, result: SearchResult, text: str, options: Retri
 
 
 def _hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit:
+    hit = _raw_hit(index, result, text, options)
+    if options.image_format is None or (hit.image is None and not hit.pages):
+        return hit
+    image, mime = (None, hit.image_mime_type) if hit.image is None else convert_image(hit.image, options.image_format)
+    pages = [(n, convert_image(data, options.image_format)[0], t) for n, data, t in hit.pages]
+    return replace(hit, image=image, pages=pages, image_mime_type=_MIME[options.image_format])
+
+
+def convert_image(data: bytes, image_format: str) -> tuple[bytes, str]:
+    """Image bytes in another format (``png``, ``jpeg``: quality 90, no alpha; ``webp``: lossless): ``(bytes, mime type)``."""
+    with Image.open(io.BytesIO(data)) as img:
+        if (img.format or "").lower() == image_format:
+            return data, _MIME[image_format]
+        img.load()
+        buf = io.BytesIO()
+        if image_format == "jpeg":
+            img.convert("RGB").save(buf, format="JPEG", quality=90)
+        elif image_format == "webp":
+            img.save(buf, format="WEBP", lossless=True)
+        else:
+            img.save(buf, format="PNG")
+    return buf.getvalue(), _MIME[image_format]
+
+
+def _raw_hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit:
     metadata = result_metadata(result)
     if options.return_images == "pages":
+        # One result per document either way: its image is the page behind most of the score, and every
+        # selected page comes along (``pages``), so top-k counts documents in both integrations.
         pages = index.render_pages(result.id, dpi=options.page_dpi, password=options.password)
-        return Hit(result, text, metadata, pages=[(n, png_bytes(image), t) for n, image, t in pages],
-                   image_mime_type=IMAGE_MIME_TYPE)
+        rendered = [(n, png_bytes(image), t) for n, image, t in pages]
+        best = result.evidence_pages[0].page if result.evidence_pages else (rendered[0][0] if rendered else None)
+        image = next((data for n, data, _ in rendered if n == best), None)
+        metadata.update(page_numbers=[n for n, _, _ in rendered], image_page=best)
+        return Hit(result, text, metadata, image=image, pages=rendered, image_mime_type=IMAGE_MIME_TYPE)
     if options.return_images == "evidence":
         page_mode = result.metadata.get("mode") == "page"  # page pictures need a page; a grid's overlay needs none
         explanation = result.explain(password=options.password, top_pages=1 if page_mode else 0)

@@ -60,6 +60,10 @@ class SearchResult:
 
     @classmethod
     def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any]) -> SearchResult:
+        """A result from stored metadata; a PDF without a title is titled by its file name, in ``metadata`` too."""
+        title = metadata.get("title") or metadata.get("file_name")
+        if title and not metadata.get("title"):
+            metadata = {**metadata, "title": title}
         return cls(
             id=doc_id,
             score=score,
@@ -239,10 +243,12 @@ class Hit:
 
     ``text`` is the text layer of the selected pages; ``metadata`` the
     stored keys plus score, rank and evidence (see
-    :func:`docpc_retrievers.adapters.result_metadata`); ``image`` the grid
-    preview bytes when asked for and kept (``image_mime_type`` says which
-    format: lossless WebP for stored grids); ``pages`` the selected pages as
-    ``(page number, PNG bytes, text)`` when page images were asked for.
+    :func:`docpc_retrievers.adapters.result_metadata`); ``image`` the image
+    asked for (``image_mime_type`` says its true format: lossless WebP for
+    stored grids, PNG for rendered pages and evidence pictures, or whatever
+    ``image_format`` converted it to); ``pages`` the selected pages as
+    ``(page number, image bytes, text)`` when page images were asked for
+    (``image`` is then the page behind most of the score).
     """
 
     result: SearchResult

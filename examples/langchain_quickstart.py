@@ -8,7 +8,8 @@ Every PDF becomes one image (K representative pages composed into a grid),
 encoded once by a ColPali-family model (default: vidore/colqwen2-v1.0,
 downloaded on first use). The retriever returns one Document per PDF:
 ``page_content`` is the selected pages' text, ``metadata["image_base64"]`` the
-grid PNG for a multimodal model. Without a chat model (the default) the
+grid image (lossless WebP; its mime type travels with it) for a multimodal
+model. Without a chat model (the default) the
 script stops after retrieval; plug yours into ``make_chat_model()``.
 """
 
@@ -58,7 +59,7 @@ def multimodal_message(question: str, docs: Sequence[Document]) -> HumanMessage:
     content: list[dict[str, Any]] = [{"type": "text", "text": f"Answer from these document pages: {question}"}]
     for d in docs:
         if "image_base64" in d.metadata:
-            content.append({"type": "image", "base64": d.metadata["image_base64"], "mime_type": "image/png"})
+            content.append({"type": "image", "base64": d.metadata["image_base64"], "mime_type": d.metadata["image_mime_type"]})
     return HumanMessage(content=content)  # type: ignore[arg-type]
 
 
@@ -93,7 +94,9 @@ def _setup_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pdfs", type=Path, help="folder of PDFs (searched recursively) or one PDF")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint id or local path (default {DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model", help=f"checkpoint id or local path (default: the model recorded in --store, else {DEFAULT_MODEL})"
+    )
     parser.add_argument("--store", type=Path, help="store directory to create or reuse (default: a temporary one)")
     parser.add_argument("--query", action="append", help="query to run (repeatable)")
     parser.add_argument("-k", "--top-k", type=int, default=3, help="documents per query (default 3)")
@@ -115,12 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with retriever:
         report = retriever.index.last_report
-        print(
-            f"Indexed {len(report.indexed)} PDFs, {len(report.skipped)} unchanged, {len(report.failed)} failed; "
-            f"the store holds {len(retriever.index)} documents."
-        )
+        print(f"{report.summary()}; the store holds {len(retriever.index)} documents.")
         for failure in report.failed:
-            print(f"  skipped: {failure.reason}")
+            print(f"  failed: {failure.reason}")
 
         queries = list(args.query or DEFAULT_QUERIES)
         results = retriever.batch(queries)  # queries run concurrently; same results as one by one
@@ -151,5 +151,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """:func:`main`, with the library's errors (wrong model for the store, bad filter, ...) as one message, exit 1."""
+    from docpc_retrievers import DocPCError
+
+    try:
+        return main(argv)
+    except DocPCError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -82,7 +82,7 @@ def answer_with_images(llm: Any, query: str, nodes: Sequence[NodeWithScore]) -> 
     for hit in nodes:
         image = getattr(hit.node, "image", None)
         if image:
-            blocks.append(ImageBlock(image=base64.b64decode(image), image_mimetype="image/png"))
+            blocks.append(ImageBlock(image=base64.b64decode(image), image_mimetype=hit.node.image_mimetype))
     return str(llm.chat([ChatMessage(role="user", blocks=blocks)]).message.content)
 
 
@@ -100,7 +100,9 @@ def _setup_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pdfs", type=Path, help="folder of PDFs (searched recursively) or one PDF")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"checkpoint id or local path (default {DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model", help=f"checkpoint id or local path (default: the model recorded in --store, else {DEFAULT_MODEL})"
+    )
     parser.add_argument("--store", type=Path, help="store directory to create or reuse (default: a temporary one)")
     parser.add_argument("--query", action="append", help="query to run (repeatable)")
     parser.add_argument("--top-k", type=int, default=3, help="documents per query (default 3)")
@@ -123,12 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with retriever:
         report = retriever.index.last_report
-        print(
-            f"Indexed {len(report.indexed)} PDFs, {len(report.skipped)} unchanged, {len(report.failed)} failed; "
-            f"the store holds {len(retriever.index)} documents."
-        )
+        print(f"{report.summary()}; the store holds {len(retriever.index)} documents.")
         for failure in report.failed:
-            print(f"  skipped: {failure.reason}")
+            print(f"  failed: {failure.reason}")
 
         llm = make_llm(args.mock_llm)
         for query in args.query or DEFAULT_QUERIES:
@@ -143,5 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """:func:`main`, with the library's errors (wrong model for the store, bad filter, ...) as one message, exit 1."""
+    from docpc_retrievers import DocPCError
+
+    try:
+        return main(argv)
+    except DocPCError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -34,7 +34,7 @@ _RENAMED = {"k": "top_k", "filter": "filters"}
 #: Other names LangChain users write for the same options in search_kwargs.
 _SEARCH_ALIASES = {"top_k": "k", "filters": "filter"}
 _OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                  "return_images", "page_dpi")
+                  "return_images", "page_dpi", "image_format")
 
 
 class DocPCRetriever(BaseRetriever):
@@ -45,9 +45,9 @@ class DocPCRetriever(BaseRetriever):
     document id, ``page_content`` the text of the selected pages and ``metadata`` the stored keys
     (``source``, ``title``, ``total_pages``, ``selected_pages`` (1-based), ...) plus ``score``,
     ``rank``, ``evidence_pages``, after reranking ``reranked`` and ``grid_score``, and the image:
-    ``image_base64`` (the grid, lossless WebP; the evidence picture, PNG, with ``return_images="evidence"``)
-    or, with ``return_images="pages"``, ``page_images_base64``,
-    with ``image_mime_type``. ``invoke(query, k=..., filter=..., rerank=...)`` overrides per call.
+    ``image_base64`` with its true ``image_mime_type`` (the grid, lossless WebP; the evidence picture, PNG;
+    with ``return_images="pages"`` the page behind most of the score, PNG, and every selected page in
+    ``page_images_base64`` / ``page_numbers``). ``invoke(query, k=..., filter=...)`` overrides any option per call.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -69,6 +69,8 @@ class DocPCRetriever(BaseRetriever):
     return_images: Literal["grid", "pages", "evidence"] | None = "grid"
     """``"grid"``: the composed grid; ``"pages"``: the selected pages; ``"evidence"``: the grid with the
     query's heat and outlined pages (PNG, why it matched); None: no image."""
+    image_format: Literal["png", "jpeg", "webp"] | None = None
+    """Convert every image to this format (some LLM APIs take only PNG or JPEG); None: as made (``image_mime_type``)."""
     page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
     """Resolution of page images with ``return_images="pages"``."""
     persist_dir: str | None = None
@@ -192,6 +194,6 @@ def _document(hit: Hit) -> Document:
     metadata = dict(hit.metadata)
     if hit.image is not None:
         metadata.update(image_base64=b64_png(hit.image), image_mime_type=hit.image_mime_type)
-    elif hit.pages:
-        metadata.update(page_images_base64=[b64_png(png) for _, png, _ in hit.pages], image_mime_type=hit.image_mime_type)
+    if hit.pages:
+        metadata["page_images_base64"] = [b64_png(data) for _, data, _ in hit.pages]
     return Document(id=hit.id, page_content=hit.text, metadata=metadata)

@@ -45,7 +45,7 @@ def test_quickstart_indexes_retrieves_and_answers(
     )
     assert first.returncode == 0, first.stderr
     out = first.stdout
-    assert f"Indexed {len(corpus_index)} PDFs, 0 unchanged" in out
+    assert f"added {len(corpus_index)}, replaced 0, moved 0, removed 0, unchanged 0" in out
     ids = re.findall(r"id=([0-9a-f]{32})", out)
     assert len(ids) == 2 * len(QUERIES)
     assert out.count("Answer (text)") == len(QUERIES) and out.count("Answer (images)") == len(QUERIES)
@@ -58,16 +58,30 @@ def test_quickstart_indexes_retrieves_and_answers(
     quiet_logger = logging.getLogger("docpc_retrievers.index")
     level = quiet_logger.level
     try:
-        argv = [str(pdf_folder), "--model", str(tiny_checkpoint), "--store", str(store), "--query", QUERIES[0]]
-        assert module.main(argv) == 0
+        # no --model: the store's recorded model (here the tiny checkpoint, not the hub default) is used
+        argv = [str(pdf_folder), "--store", str(store), "--query", QUERIES[0]]
+        assert module.run(argv) == 0
     finally:
         quiet_logger.setLevel(level)
     again = capsys.readouterr().out
-    assert f"Indexed 0 PDFs, {len(corpus_index)} unchanged" in again
+    assert f"added 0, replaced 0, moved 0, removed 0, unchanged {len(corpus_index)}" in again
     assert "No chat model configured: retrieval only" in again
     assert "Answer" not in again
     again_ids = re.findall(r"id=([0-9a-f]{32})", again)
     assert len(again_ids) == 3 and again_ids[:2] == ids[:2], "top 3 of the first query extends its top 2"
+
+
+def test_quickstart_with_another_model_than_the_store_says_so(
+    tmp_path: Path, pdf_folder: Path, tiny_checkpoint: Path, corpus_index: DocPCIndex
+) -> None:
+    from docpc_retrievers.testing import build_tiny_colqwen2
+
+    other = build_tiny_colqwen2(tmp_path / "other", seed=1)
+    store = tmp_path / "store"
+    assert _run(pdf_folder, "--model", tiny_checkpoint, "--store", store, "--query", QUERIES[0], cwd=tmp_path).returncode == 0
+    wrong = _run(pdf_folder, "--model", other, "--store", store, "--query", QUERIES[0], cwd=tmp_path)
+    assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+    assert "error: store" in wrong.stderr and "fingerprint" in wrong.stderr
 
 
 def _load_script() -> ModuleType:

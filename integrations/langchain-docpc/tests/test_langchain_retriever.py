@@ -179,14 +179,36 @@ def test_return_pages(corpus_index: DocPCIndex) -> None:
     assert len(docs) == 3
     for doc in docs:
         meta = doc.metadata
-        assert "image_base64" not in meta
         assert meta["image_mime_type"] == "image/png"
-        assert len(meta["page_images_base64"]) == len(meta["selected_pages"])
+        assert len(meta["page_images_base64"]) == len(meta["selected_pages"]) == len(meta["page_numbers"])
+        best = meta["page_numbers"].index(meta["image_page"])  # the image is the page behind most of the score
+        assert meta["image_page"] == meta["evidence_pages"][0]
+        assert meta["image_base64"] == meta["page_images_base64"][best]
     first = docs[0].metadata
     with open_pdf(first["source"]) as pdf:
         rendered = pdf.render([p - 1 for p in first["selected_pages"]], dpi=40)
     for b64, image in zip(first["page_images_base64"], rendered):
         assert same_pixels(decode_b64_image(b64), image)
+
+
+def test_image_format_converts_on_the_way_out(corpus_index: DocPCIndex) -> None:
+    import base64
+    import io
+
+    from PIL import Image
+
+    grid = DocPCRetriever(index=corpus_index, k=2).invoke(QUERIES[0])
+    assert {d.metadata["image_mime_type"] for d in grid} == {"image/webp"}
+    for fmt, mime in (("png", "image/png"), ("jpeg", "image/jpeg")):
+        docs = DocPCRetriever(index=corpus_index, k=2, image_format=fmt).invoke(QUERIES[0])
+        for doc, original in zip(docs, grid):
+            assert doc.metadata["image_mime_type"] == mime
+            with Image.open(io.BytesIO(base64.b64decode(doc.metadata["image_base64"]))) as img:
+                assert img.format == fmt.upper()
+                assert img.size == decode_b64_image(original.metadata["image_base64"]).size
+    pages = DocPCRetriever(index=corpus_index, k=1, return_images="pages", page_dpi=30, image_format="jpeg").invoke(QUERIES[0])
+    with Image.open(io.BytesIO(base64.b64decode(pages[0].metadata["page_images_base64"][0]))) as img:
+        assert img.format == "JPEG"
 
 
 def test_return_evidence_puts_the_explanation_picture_in_metadata(corpus_index: DocPCIndex) -> None:

@@ -45,7 +45,7 @@ def test_quickstart_indexes_retrieves_and_answers(
     )
     assert first.returncode == 0, first.stderr
     out = first.stdout
-    assert f"Indexed {len(corpus_index)} PDFs, 0 unchanged" in out
+    assert f"added {len(corpus_index)}, replaced 0, moved 0, removed 0, unchanged 0" in out
     ids = re.findall(r"id=([0-9a-f]{32})", out)
     assert len(ids) == 3
     assert "Answer (text):" in out and "Answer (images):" in out
@@ -58,14 +58,27 @@ def test_quickstart_indexes_retrieves_and_answers(
     level = quiet_logger.level
     try:
         argv = [str(pdf_folder), "--model", str(tiny_checkpoint), "--store", str(store), "--query", QUERY]
-        assert module.main(argv) == 0
+        assert module.run(argv) == 0
     finally:
         quiet_logger.setLevel(level)
     again = capsys.readouterr().out
-    assert f"Indexed 0 PDFs, {len(corpus_index)} unchanged" in again
+    assert f"added 0, replaced 0, moved 0, removed 0, unchanged {len(corpus_index)}" in again
     assert "No LLM configured: retrieval only" in again
     assert "Answer" not in again
     assert re.findall(r"id=([0-9a-f]{32})", again) == ids
+
+
+def test_quickstart_with_another_model_than_the_store_says_so(
+    tmp_path: Path, pdf_folder: Path, tiny_checkpoint: Path, corpus_index: DocPCIndex
+) -> None:
+    from docpc_retrievers.testing import build_tiny_colqwen2
+
+    other = build_tiny_colqwen2(tmp_path / "other", seed=1)
+    store = tmp_path / "store"
+    assert _run(pdf_folder, "--model", tiny_checkpoint, "--store", store, "--query", QUERY, cwd=tmp_path).returncode == 0
+    wrong = _run(pdf_folder, "--model", other, "--store", store, "--query", QUERY, cwd=tmp_path)
+    assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+    assert "error: store" in wrong.stderr and "fingerprint" in wrong.stderr
 
 
 def _load_script() -> ModuleType:

@@ -174,22 +174,24 @@ def test_wrong_index_type_is_refused() -> None:
 # --------------------------------------------------------------------------- images
 
 
-def test_return_pages_renders_selected_pages(corpus_index: DocPCIndex) -> None:
+def test_return_pages_gives_one_node_per_document(corpus_index: DocPCIndex) -> None:
     grid_nodes = DocPCRetriever(corpus_index, similarity_top_k=3).retrieve(QUERIES[4])
     page_nodes = DocPCRetriever(corpus_index, similarity_top_k=3, return_images="pages", page_dpi=50).retrieve(
         QUERIES[4]
     )
-    expected = [
-        (g.node.node_id, p) for g in grid_nodes for p in g.node.metadata["selected_pages"]
-    ]
-    assert [(n.node.ref_doc_id, n.node.metadata["page_number"]) for n in page_nodes] == expected
-    assert [n.node.node_id for n in page_nodes] == [f"{d}#page={p}" for d, p in expected]
+    # top-k counts documents, as in the LangChain retriever: the same documents, the same order and scores
+    assert [n.node.node_id for n in page_nodes] == [g.node.node_id for g in grid_nodes]
+    assert [n.score for n in page_nodes] == pytest.approx([g.score for g in grid_nodes])
+    for n in page_nodes:
+        meta = n.node.metadata
+        assert meta["page_numbers"] == meta["selected_pages"] and len(meta["page_images_base64"]) == len(meta["page_numbers"])
+        assert meta["image_page"] == meta["evidence_pages"][0] and n.node.image_mimetype == "image/png"
+        assert n.node.image == meta["page_images_base64"][meta["page_numbers"].index(meta["image_page"])]
+        assert "page_images_base64" in n.node.excluded_llm_metadata_keys
     first = page_nodes[0].node
     with open_pdf(first.metadata["source"]) as doc:
-        rendered = doc.render([first.metadata["page_number"] - 1], dpi=50)[0]
+        rendered = doc.render([first.metadata["image_page"] - 1], dpi=50)[0]
     assert same_pixels(decode_b64_image(first.image), rendered)
-    assert first.metadata["page_label"] == first.metadata["selected_labels"][0]
-    assert page_nodes[0].score == pytest.approx(grid_nodes[0].score)
 
 
 def test_return_evidence_makes_the_explanation_picture_the_node_image(corpus_index: DocPCIndex) -> None:
@@ -225,7 +227,7 @@ def test_encrypted_source_pages_use_the_password(tmp_path: Path, tiny_encoder: C
         [ENCRYPTED], encoder=tiny_encoder, password=ENCRYPTED_PASSWORD, return_images="pages", page_dpi=30
     ) as retriever:
         nodes = retriever.retrieve("password protected")
-        assert [n.node.metadata["page_number"] for n in nodes] == [1]
+        assert [n.node.metadata["image_page"] for n in nodes] == [1]
         assert decode_b64_image(nodes[0].node.image).size[0] > 0
 
 
@@ -369,8 +371,8 @@ def test_page_mode_store(
         r.return_images = "pages"
         r.page_dpi = 20
         pages = r.retrieve(QUERIES[0])
-        expected = [(n.node.node_id, p) for n in nodes for p in range(1, n.node.metadata["total_pages"] + 1)]
-        assert [(p.node.ref_doc_id, p.node.metadata["page_number"]) for p in pages] == expected
+        expected = [(n.node.node_id, list(range(1, n.node.metadata["total_pages"] + 1))) for n in nodes]
+        assert [(p.node.node_id, p.node.metadata["page_numbers"]) for p in pages] == expected
         assert all(p.node.image for p in pages)
 
 

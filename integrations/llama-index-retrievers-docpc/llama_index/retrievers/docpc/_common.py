@@ -26,6 +26,9 @@ EXCLUDED_LLM_METADATA_KEYS: tuple[str, ...] = (
     "evidence_pages",
     "grid_score",
     "reranked",
+    "page_images_base64",
+    "page_numbers",
+    "image_page",
 )
 #: The same for text embedding, plus the source path (a local path is noise to an embedder).
 EXCLUDED_EMBED_METADATA_KEYS: tuple[str, ...] = (*EXCLUDED_LLM_METADATA_KEYS, "source")

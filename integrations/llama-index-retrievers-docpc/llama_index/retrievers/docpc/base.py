@@ -33,7 +33,7 @@ CONFIG_FILE = "docpc_retriever.json"
 
 _RENAMED = {"similarity_top_k": "top_k"}  # LlamaIndex's name for a core option
 _OPTION_ATTRS = ("similarity_top_k", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                 "return_images", "page_dpi")
+                 "return_images", "page_dpi", "image_format")
 
 
 class DocPCRetriever(BaseRetriever):
@@ -47,7 +47,7 @@ class DocPCRetriever(BaseRetriever):
     Options (attributes, changeable between queries): ``similarity_top_k``;
     ``filters`` (``MetadataFilters`` or a Chroma ``where`` dict); ``aggregate``
     (page-mode stores: ``max``, ``mean``, ``sum``); ``rerank`` with
-    ``rerank_top_n``, ``page_budget``, ``grid_weight``; ``return_images``
+    ``rerank_top_n``, ``page_budget``, ``grid_weight``; ``image_format`` (None: as stored); ``return_images``
     (``"grid"``, ``"pages"``: one node per selected page with id
     ``<doc id>#page=<n>``, ``"evidence"``: the grid with the query's heat and
     outlined pages as a PNG, or None) and ``page_dpi``. ``password`` opens

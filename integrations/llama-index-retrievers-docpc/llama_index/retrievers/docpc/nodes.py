@@ -1,4 +1,4 @@
-"""DocPC hits as LlamaIndex nodes: one ``ImageNode`` per document, or one per rendered page."""
+"""DocPC hits as LlamaIndex nodes: one ``ImageNode`` per document, whatever image it carries."""
 
 from __future__ import annotations
 
@@ -24,12 +24,11 @@ def _node(node_id: str, text: str, image: bytes | None, mime: str | None, metada
 
 
 def hit_to_nodes(hit: Hit) -> list[NodeWithScore]:
-    """One node per hit, or one per rendered page when page images were asked for."""
-    if not hit.pages:
-        return [NodeWithScore(node=_node(hit.id, hit.text, hit.image, hit.image_mime_type, hit.metadata, hit.id), score=hit.score)]
-    labels = list(hit.metadata.get("selected_labels") or [])
-    out = []
-    for position, (number, png, text) in enumerate(hit.pages):
-        meta = {**hit.metadata, "page_number": number, **({"page_label": labels[position]} if position < len(labels) else {})}
-        out.append(NodeWithScore(node=_node(f"{hit.id}#page={number}", text.strip(), png, hit.image_mime_type, meta, hit.id), score=hit.score))
-    return out
+    """One node per document hit: its image is the grid, the evidence picture, or (``return_images="pages"``)
+    the page behind most of the score, with every selected page in ``page_images_base64`` (left out of LLM
+    and embedding text) and their numbers in ``page_numbers``."""
+    metadata = dict(hit.metadata)
+    if hit.pages:
+        metadata["page_images_base64"] = [b64_png(data) for _, data, _ in hit.pages]
+    node = _node(hit.id, hit.text, hit.image, hit.image_mime_type, metadata, hit.id)
+    return [NodeWithScore(node=node, score=hit.score)]
