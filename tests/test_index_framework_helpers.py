@@ -102,6 +102,8 @@ def test_compose_pdf_matches_what_the_index_stores(tmp_path: Path, tiny_encoder:
     for key, value in metadata.items():
         if key == "file_mtime":  # Chroma keeps about 16 significant digits of a float
             assert stored[key] == pytest.approx(value, abs=1e-5)
+        elif key == "title" and value is None:  # an untitled PDF's results are titled by file name
+            assert stored[key] == metadata["file_name"]
         elif key != "indexed_at":
             assert stored.get(key) == value, key
     assert set(stored) - set(metadata) <= {"model", "token_grid"}

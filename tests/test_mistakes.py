@@ -119,3 +119,34 @@ def test_search_output_counts_pages_and_labels_evidence(store: Path, capsys: pyt
     out = capsys.readouterr().out
     assert "[1 page;" in out and "1 pages" not in out and "evidence (share of the grid score)" in out
     assert page_ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8" and page_ranges(list(range(1, 118))) == "1-117"
+
+
+def test_crops_of_a_tiny_page_are_rendered_large_enough(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    import pymupdf
+
+    pdf = tmp_path / "tiny" / "stamp.pdf"
+    pdf.parent.mkdir()
+    doc = pymupdf.open()
+    page = doc.new_page(width=20, height=16)  # a page a few points wide: 40x32 px at 144 dpi
+    page.insert_text((2, 10), "ok", fontsize=6)
+    doc.save(pdf)
+    doc.close()
+    with DocPCIndex.from_pdfs([pdf], tmp_path / "store", encoder=tiny_encoder, workers=0) as index:
+        hit = index.search("ok", 1)[0]
+        why = hit.explain(top_pages=1)
+    assert why.crops and all(min(c.image.size) >= 256 for c in why.crops)
+    assert why.crops[0].source == "pdf"
+
+
+def test_report_says_where_the_whole_score_went(store: Path, tiny_encoder: ColPaliEncoder) -> None:
+    with DocPCIndex(store, encoder=tiny_encoder) as index:
+        hit = index.search("mistake document", 1)[0]
+        why = hit.explain(top_pages=1)
+    parts = why.breakdown()
+    assert parts and sum(parts.values()) == pytest.approx(1.0)
+    assert sum(c.value for c in why.contributions) == pytest.approx(why.score, rel=1e-4)
+    assert any(k.startswith("page ") for k in parts)
+    rows = why.token_rows()
+    assert len(rows) == len(why.contributions) and all(isinstance(v, float) for _, v, _ in rows)
+    html = why.to_html()
+    assert "where the score went" in html and "100% in all" in html and "<th>token</th>" in html

@@ -25,7 +25,14 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, ExplainUnavailableError, PDFLoadError
 from docpc_retrievers.explain.contributions import Box, TokenContribution, token_contributions
 from docpc_retrievers.explain.explanation import Explanation, PageCrop, PagePicture
-from docpc_retrievers.explain.pictures import crop_fraction, heat_overlay, hot_region, outline_pages
+from docpc_retrievers.explain.pictures import (
+    MIN_CROP_SIDE,
+    crop_fraction,
+    enlarge,
+    heat_overlay,
+    hot_region,
+    outline_pages,
+)
 from docpc_retrievers.results import SearchResult
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.store.grids import GridImageStore
@@ -33,6 +40,8 @@ from docpc_retrievers.store.multivector import MultiVectorStore
 
 __all__ = ["DEFAULT_EXPLAIN_DPI", "Explainer"]
 
+#: A tiny page is re-rendered for its crop only while the whole page stays under this many pixels.
+_MAX_CROP_RENDER_PIXELS = 40_000_000
 #: Resolution of the page crops rendered from the source PDF.
 DEFAULT_EXPLAIN_DPI = 144.0
 
@@ -198,11 +207,17 @@ class Explainer:
             notes.append(f"crops are cut from the stored grid (at grid resolution) because the source cannot be read: {exc}")
             rendered = {p: grid_image.crop(boxes[p]) for p in top}
             source = "grid"
-        return [
-            PageCrop(p, page_labels.get(p, str(p)), crop_fraction(rendered[p], regions[p]), source,  # type: ignore[arg-type]
-                     regions[p], note)
-            for p in top
-        ]
+        crops = []
+        for p in top:
+            image = crop_fraction(rendered[p], regions[p])
+            if source == "pdf" and min(image.size) < MIN_CROP_SIDE:  # a tiny page or region: render it larger
+                factor = MIN_CROP_SIDE / max(min(image.size), 1) * 1.05
+                if rendered[p].width * rendered[p].height * factor**2 <= _MAX_CROP_RENDER_PIXELS:
+                    again = render_source_pages(doc_id, meta, dpi=dpi * factor, password=password, pages=[p])
+                    image = crop_fraction(again[0][1], regions[p])
+            crops.append(PageCrop(p, page_labels.get(p, str(p)), enlarge(image), source,  # type: ignore[arg-type]
+                                  regions[p], note))
+        return crops
 
     # ------------------------------------------------------------------ page images
 
@@ -255,7 +270,7 @@ class Explainer:
             if crops:
                 frame = layout.cells[0].page_box if layout is not None and layout.cells[0].page_box else (0, 0, *image.size)
                 region = hot_region(terms, page, frame)
-                page_crops.append(PageCrop(page, label, crop_fraction(full[i], region), "pdf", region))
+                page_crops.append(PageCrop(page, label, enlarge(crop_fraction(full[i], region)), "pdf", region))
         return pictures, page_crops
 
 

@@ -104,6 +104,36 @@ class Explanation:
         """Prompt and augmentation tokens: their terms are in the score, not in the pictures."""
         return [c for c in self.contributions if not c.included]
 
+    def breakdown(self) -> dict[str, float]:
+        """Where the whole score went, as fractions adding up to 1: ``page N`` for terms won on a page,
+        ``padding or blank cells`` (won by a patch outside every page), ``image prompt rows`` (won by a
+        non-visual row of the image) and ``query prompt tokens`` (the excluded query tokens' terms)."""
+        parts: dict[str, float] = {}
+        for c in self.contributions:
+            if not c.included:
+                key = "query prompt tokens"
+            elif c.page is not None:
+                key = f"page {c.page}"
+            elif c.patch is not None:
+                key = "padding or blank cells"
+            else:
+                key = "image prompt rows"
+            parts[key] = parts.get(key, 0.0) + c.value
+        total = sum(parts.values())
+        if not parts or abs(total) < 1e-12:
+            return {}
+        return {k: v / total for k, v in sorted(parts.items(), key=lambda kv: (not kv[0].startswith("page"), -kv[1]))}
+
+    def token_rows(self) -> list[tuple[str, float, str]]:
+        """One row per query token: ``(token, term, where it was won)``, in query order."""
+        def where(c: TokenContribution) -> str:
+            if not c.included:
+                return "prompt (left out of the pictures)"
+            if c.page is not None:
+                return f"page {c.page}"
+            return "padding or blank cell" if c.patch is not None else "image prompt row"
+        return [(c.text, c.value, where(c)) for c in self.contributions]
+
     @property
     def images(self) -> list[tuple[str, Image.Image]]:
         """Every picture with a file-friendly name, overlay first."""
@@ -149,6 +179,18 @@ class Explanation:
             parts.append(
                 f'<figure><img src="{image_data_uri(image)}" alt="{e(caption)}" style="max-width:{width}px">'
                 f"<figcaption>{e(caption)}</figcaption></figure>"
+            )
+        parts_of_score = self.breakdown()
+        if parts_of_score:
+            went = ", ".join(f"{k} {v:.0%}" for k, v in parts_of_score.items())
+            parts.append(f'<p class="breakdown">where the score went: {e(went)} (100% in all)</p>')
+        rows = "".join(
+            f"<tr><td>{e(t)}</td><td>{v:.3f}</td><td>{e(w)}</td></tr>" for t, v, w in self.token_rows()
+        )
+        if rows:
+            parts.append(
+                '<details class="tokens"><summary>per query token</summary><table>'
+                f"<tr><th>token</th><th>term</th><th>won on</th></tr>{rows}</table></details>"
             )
         excluded = self.excluded
         if excluded:

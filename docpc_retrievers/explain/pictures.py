@@ -106,3 +106,16 @@ def framed(image: Image.Image, text: str) -> Image.Image:
     out.paste(image.convert("RGB"), (0, band))
     ImageDraw.Draw(out).text((6, 4), text, fill=(60, 60, 60), font=font)
     return out
+
+
+#: The shortest side a crop is shown at: a region of a tiny page is rendered larger, else scaled up.
+MIN_CROP_SIDE = 256
+
+
+def enlarge(image: Image.Image, min_side: int = MIN_CROP_SIDE) -> Image.Image:
+    """``image`` scaled up (Lanczos) so its shorter side is at least ``min_side``; larger images unchanged."""
+    short = min(image.size)
+    if short >= min_side:
+        return image
+    factor = min_side / max(short, 1)
+    return image.resize((max(1, round(image.width * factor)), max(1, round(image.height * factor))), Image.LANCZOS)
