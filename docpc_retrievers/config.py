@@ -53,8 +53,8 @@ DEFAULT_POOL_FACTOR = 2
 DEFAULT_TOP_K = 5
 
 #: How page scores combine into a document score in page mode: MaxP, AvgP, SumP.
-AGGREGATES = ("max", "mean", "sum")
 Aggregate = Literal["max", "mean", "sum"]
+AGGREGATES: tuple[str, ...] = Aggregate.__args__  # type: ignore[attr-defined]
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from docpc_retrievers.cli.common import (
     positive_int,
     store_kwargs,
 )
+from docpc_retrievers.config import AGGREGATES
 
 __all__ = ["page_ranges", "register"]
 
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument("--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
     p.add_argument(
-        "--aggregate", choices=("max", "mean", "sum"), help="page-mode stores only: MaxP (max, default), AvgP or SumP"
+        "--aggregate", choices=AGGREGATES, help="page-mode stores only: MaxP (max, default), AvgP or SumP"
     )
     p.add_argument("--rerank", action="store_true", help="grid-then-page: rescore the top documents page by page")
     p.add_argument("--rerank-top-n", type=positive_int, default=20, help="documents to rerank (default 20)")

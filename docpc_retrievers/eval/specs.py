@@ -6,12 +6,13 @@ import logging
 import re
 from dataclasses import dataclass
 
+from docpc_retrievers.config import AGGREGATES
 from docpc_retrievers.documents.selection import STRATEGIES
 
 logger = logging.getLogger(__name__)
 
 #: Page-score aggregations of page-level systems.
-AGGREGATIONS: tuple[str, ...] = ("max", "mean", "sum")
+AGGREGATIONS: tuple[str, ...] = AGGREGATES
 
 _GRID_RE = re.compile(r"^(\d+)x(\d+)$")
 

@@ -34,19 +34,31 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from docpc_retrievers.config import AGGREGATES
+from docpc_retrievers.encoders.identity import IDENTITY_KEYS, ModelIdentity
 from docpc_retrievers.errors import (
     DocumentNotFoundError,
     ModelMismatchError,
     SettingsMismatchError,
     StoreError,
 )
-from docpc_retrievers.encoders.identity import IDENTITY_KEYS, ModelIdentity
 from docpc_retrievers.filters import check_where
 from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
-from docpc_retrievers.store.codec import decode_int8, dequantize, encode_int8, pack_vectors, unpack_vectors
-from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord, chroma_client
+from docpc_retrievers.store.codec import (
+    decode_int8,
+    dequantize,
+    encode_int8,
+    pack_vectors,
+    unpack_vectors,
+)
+from docpc_retrievers.store.engine import (
+    STORE_FORMAT,
+    ChromaEngine,
+    DocumentRecord,
+    chroma_client,
+)
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
 
@@ -54,7 +66,6 @@ __all__ = ["AGGREGATES", "MultiVectorStore", "ScoredDocument", "StoredDocument",
 
 logger = logging.getLogger(__name__)
 
-AGGREGATES = ("max", "mean", "sum")
 _INTERNAL_PREFIX = "_"
 #: Candidates scored per matrix product (bounds memory on exhaustive scans).
 _SCORE_CHUNK = 1024

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, b64_png, check_known, merge_search_kwargs
+from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, ImageFormat, PathLike, RetrieverOptions, ReturnImages
+from docpc_retrievers.adapters import b64_png, check_known, merge_search_kwargs
 from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
-from docpc_retrievers.config import DEFAULT_TOP_K
+from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.results import Hit
 from docpc_retrievers.store.layout import StoreLayout
@@ -56,7 +57,7 @@ class DocPCRetriever(BaseRetriever):
     """Documents to return; 0 returns nothing, more than the corpus returns the whole corpus."""
     filter: dict[str, Any] | None = None
     """Chroma ``where`` filter on stored metadata, e.g. ``{"total_pages": {"$gte": 2}}``."""
-    aggregate: Literal["max", "mean", "sum"] = "max"
+    aggregate: Aggregate = "max"
     """Page-mode stores: page scores combined by MaxP (``max``), AvgP (``mean``) or SumP (``sum``)."""
     rerank: bool = False
     """Grid-then-page reranking: rescore the top documents from some of their pages at full resolution."""
@@ -66,10 +67,10 @@ class DocPCRetriever(BaseRetriever):
     """Pages encoded per reranked document (core default 4)."""
     grid_weight: float | None = Field(default=None, ge=0.0, le=1.0)
     """Weight of the grid score in the fused score (core default 0.5)."""
-    return_images: Literal["grid", "pages", "evidence"] | None = "grid"
+    return_images: ReturnImages = "grid"
     """``"grid"``: the composed grid; ``"pages"``: the selected pages; ``"evidence"``: the grid with the
     query's heat and outlined pages (PNG, why it matched); None: no image."""
-    image_format: Literal["png", "jpeg", "webp"] | None = None
+    image_format: ImageFormat = None
     """Convert every image to this format (some LLM APIs take only PNG or JPEG); None: as made (``image_mime_type``)."""
     page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
     """Resolution of page images with ``return_images="pages"``."""
