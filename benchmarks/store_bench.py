@@ -57,19 +57,27 @@ DIM = 128
 
 
 class SyntheticCorpus:
-    """Topic-structured unit vectors, reproducible from a seed."""
+    """Topic-structured unit vectors, reproducible from a seed.
 
-    def __init__(self, n_topics: int = 300, seed: int = 0, noise: float = 0.7) -> None:
+    ``skew`` > 0 gives topics a Zipf popularity (topic ``r`` drawn with weight ``1 / (r + 1) ** skew``), so
+    many documents share the popular topics and a query about one of them has many near-ties; 0 (the
+    original generator) draws topics uniformly.
+    """
+
+    def __init__(self, n_topics: int = 300, seed: int = 0, noise: float = 0.7, skew: float = 0.0) -> None:
         self.rng = np.random.default_rng(seed)
         c = self.rng.standard_normal((n_topics, DIM)).astype(np.float32)
         self.centroids = c / np.linalg.norm(c, axis=1, keepdims=True)
         self.noise = noise
+        weights = 1.0 / np.arange(1, n_topics + 1) ** skew
+        self.popularity = weights / weights.sum()
 
     def _unit(self, x: np.ndarray) -> np.ndarray:
         return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
     def document(self, n_vectors: int = 760) -> np.ndarray:
-        topics = self.rng.choice(len(self.centroids), size=int(self.rng.integers(2, 7)), replace=False)
+        k = int(self.rng.integers(2, 7))
+        topics = self.rng.choice(len(self.centroids), size=k, replace=False, p=self.popularity)
         weights = self.rng.dirichlet(np.ones(len(topics)))
         picks = self.rng.choice(topics, size=n_vectors, p=weights)
         n = self.rng.standard_normal((n_vectors, DIM)).astype(np.float32)
@@ -80,6 +88,31 @@ class SyntheticCorpus:
         rows = target[self.rng.choice(len(target), size=t, replace=False)]
         n = self.rng.standard_normal((t, DIM)).astype(np.float32)
         return self._unit(rows + (1.0 if hard else 0.5) * self._unit(n))
+
+    def topic_query(self, n_tokens: tuple[int, int], n_topics: tuple[int, int] = (1, 3)) -> np.ndarray:
+        """A query drawn around popular topics, copied from no document: ``n_tokens`` and ``n_topics`` are ranges."""
+        t = int(self.rng.integers(*n_tokens))
+        topics = self.rng.choice(len(self.centroids), size=int(self.rng.integers(*n_topics)), replace=False,
+                                 p=self.popularity)
+        picks = self.rng.choice(topics, size=t)
+        n = self.rng.standard_normal((t, DIM)).astype(np.float32)
+        return self._unit(self.centroids[picks] + 0.9 * self._unit(n))
+
+    def query_sets(self, targets: list[np.ndarray]) -> dict[str, list[np.ndarray]]:
+        """Every query set: the original two (copies of a target's rows) and, for skewed corpora, the new ones."""
+        sets = {"usual": [self.query(t) for t in targets], "hard": [self.query(t, hard=True) for t in targets]}
+        if self.popularity[0] > self.popularity[-1]:
+            n = len(targets)
+            sets["topic"] = [self.topic_query((20, 31)) for _ in range(n)]
+            sets["short"] = [self.topic_query((3, 7), (1, 2)) for _ in range(n)]
+            sets["long"] = [self.topic_query((40, 61), (2, 4)) for _ in range(n)]
+            sets["filter5"] = [self.topic_query((20, 31)) for _ in range(n)]
+            sets["filter05"] = [self.topic_query((8, 21)) for _ in range(n)]
+        return sets
+
+
+#: Metadata filters of the filtered query sets: ``bucket`` is uniform in 0..999 per document.
+SET_FILTERS: dict[str, dict[str, Any]] = {"filter5": {"bucket": {"$lt": 50}}, "filter05": {"bucket": {"$lt": 5}}}
 
 
 def _ndcg_at_10(ranking: list[int], relevant: int) -> float:
@@ -93,11 +126,13 @@ def _top10(query: np.ndarray, docs: list[np.ndarray]) -> list[int]:
 
 def compaction(args: argparse.Namespace) -> dict[str, Any]:
     """Part 1: the cost of int8 and of pooling, measured with exact MaxSim."""
-    corpus = SyntheticCorpus(seed=args.seed + 1)
+    corpus = SyntheticCorpus(seed=args.seed + 1, skew=args.skew)
     docs = [corpus.document(760) for _ in range(args.quality_docs)]
     int8 = [dequantize(*quantize(d)) for d in docs]
     targets = list(range(0, len(docs), max(1, len(docs) // args.quality_queries)))[: args.quality_queries]
-    sets = {name: [(t, corpus.query(docs[t], hard=name == "hard")) for t in targets] for name in ("usual", "hard")}
+    made = corpus.query_sets([docs[t] for t in targets])
+    # Topic sets have no drawn target: their NDCG takes the exact unpooled top 1 as the relevant document.
+    sets = {name: [(t, q) for t, q in zip(targets, qs)] for name, qs in made.items() if name not in SET_FILTERS}
     out: dict[str, Any] = {"documents": len(docs), "queries_per_set": len(targets)}
     exact = {name: [_top10(q, docs) for _, q in qs] for name, qs in sets.items()}
     out["int8_top10_overlap"] = {
@@ -114,8 +149,9 @@ def compaction(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"vectors_per_doc": n_vec, "pool_ms_per_doc": pool_ms}
         for name, qs in sets.items():
             ranks = [_top10(q, stored) for _, q in qs]
-            base = statistics.mean(_ndcg_at_10(e, t) for (t, _), e in zip(qs, exact[name]))
-            got = statistics.mean(_ndcg_at_10(r, t) for (t, _), r in zip(qs, ranks))
+            rel = [t if name in ("usual", "hard") else e[0] for (t, _), e in zip(qs, exact[name])]
+            base = statistics.mean(_ndcg_at_10(e, t) for t, e in zip(rel, exact[name]))
+            got = statistics.mean(_ndcg_at_10(r, t) for t, r in zip(rel, ranks))
             row[name] = {
                 "ndcg10_unpooled": base,
                 "ndcg10_pooled_int8": got,
@@ -135,7 +171,7 @@ def _open(path: Path, server: tuple[str, int] | None, **kw: Any) -> MultiVectorS
 
 def fill(args: argparse.Namespace, path: Path, server: tuple[str, int] | None) -> dict[str, Any]:
     """Part 2a: insert ``--docs`` documents; time the first ``--insert-docs``; keep query targets."""
-    corpus = SyntheticCorpus(seed=args.seed)
+    corpus = SyntheticCorpus(seed=args.seed, skew=args.skew)
     store = _open(path, server, writable=True)
     store.set_settings({"encoder": {"model_id": "synthetic"}, "index": {"pool_factor": 2}})
     targets: dict[str, np.ndarray] = {}
@@ -145,7 +181,8 @@ def fill(args: argparse.Namespace, path: Path, server: tuple[str, int] | None) -
         n = min(args.batch, args.docs - done)
         ids = [f"{done + i:032x}" for i in range(n)]
         vecs = [corpus.document(args.vectors) for _ in range(n)]
-        metas = [{"source": f"/data/{i}.pdf", "title": i[-6:], "total_pages": 10} for i in ids]
+        metas = [{"source": f"/data/{i}.pdf", "title": i[-6:], "total_pages": 10,
+                  "bucket": int(corpus.rng.integers(0, 1000))} for i in ids]
         t0 = time.perf_counter()
         store.add(ids, vecs, metas)
         dt = time.perf_counter() - t0
@@ -158,7 +195,7 @@ def fill(args: argparse.Namespace, path: Path, server: tuple[str, int] | None) -
         if done % 10_000 < args.batch:
             logging.getLogger("bench").warning("%d documents stored", done)
     store.close()
-    queries = {"usual": [corpus.query(t) for t in targets.values()], "hard": [corpus.query(t, hard=True) for t in targets.values()]}
+    queries = corpus.query_sets(list(targets.values()))
     for name, qs in queries.items():
         np.save(path.parent / f"queries-{name}.npy", np.array(qs, dtype=object), allow_pickle=True)
     return {"insert_docs_per_s": min(args.insert_docs, args.docs) / insert_s}
@@ -182,14 +219,15 @@ def reader(args: argparse.Namespace) -> None:
             lat.append(time.perf_counter() - t0)
         out["cold_query_p50_ms"] = statistics.median(lat) * 1000
     if args.phase == "search":
-        queries = {name: list(np.load(path.parent / f"queries-{name}.npy", allow_pickle=True)) for name in ("usual", "hard")}
+        queries = {f.stem.removeprefix("queries-"): list(np.load(f, allow_pickle=True))
+                   for f in sorted(path.parent.glob("queries-*.npy"))}
         found: dict[str, list[list[str]]] = {}
         for name, qs in queries.items():
             lat = []
             found[name] = []
             for q in qs:
                 t0 = time.perf_counter()
-                hits = store.search(q, 10)
+                hits = store.search(q, 10, where=SET_FILTERS.get(name))
                 lat.append(time.perf_counter() - t0)
                 found[name].append([h.id for h in hits])
             out[name] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000}
@@ -197,7 +235,7 @@ def reader(args: argparse.Namespace) -> None:
         for name, qs in queries.items():
             rec = []
             for q, ids in zip(qs, found[name]):
-                exact = store.search(q, 10, exhaustive=True)
+                exact = store.search(q, 10, exhaustive=True, where=SET_FILTERS.get(name))
                 rec.append(len(set(ids) & {h.id for h in exact}) / max(len(exact), 1))
             out[name]["recall10"] = statistics.mean(rec)
         docs = store.count()
@@ -261,7 +299,7 @@ def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs
         for factor in (2, 3):
             row = quality[f"pool_{factor}"]
             print(f"  pool factor {factor}: {row['vectors_per_doc']:.0f} vectors/doc, pooling {row['pool_ms_per_doc']:.0f} ms/doc")
-            for name in ("usual", "hard"):
+            for name in [k for k in row if isinstance(row[k], dict)]:
                 r = row[name]
                 print(_line(f"    NDCG@10 kept ({name})", r["ndcg_kept"], "", "(target >= 0.99)", r["ndcg_kept"] >= 0.99)
                       + f"  unpooled {r['ndcg10_unpooled']:.4f}, pooled {r['ndcg10_pooled_int8']:.4f}, top-10 overlap {r['top10_overlap_vs_unpooled']:.2f}")
@@ -275,7 +313,7 @@ def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs
         print(_line("  cold open (local cache)", r["cold_open_cached_s"], "s", "(target <= 5)", r["cold_open_cached_s"] <= 5))
         print(_line("  cold open (Chroma alone)", r["cold_open_from_chroma_s"], "s", "", None))
         print(_line("  first queries, empty cache, p50", r["cold_query_p50_ms"], "ms", "", None))
-        for name in ("usual", "hard"):
+        for name in [k for k in r if isinstance(r[k], dict) and "recall10" in r[k]]:
             s = r[name]
             print(_line(f"  search p50 ({name})", s["p50_ms"], "ms", f"(target <= {p50_target})", s["p50_ms"] <= p50_target))
             print(_line(f"  search p90 ({name})", s["p90_ms"], "ms", f"(target <= {p90_target})" if p90_target else "",
@@ -303,6 +341,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--skew", type=float, default=0.0,
+        help="Zipf skew of topic popularity (0: the original uniform generator; 1.1: popular topics shared by many "
+        "documents, plus query sets drawn around topics, short, long and 5%%/0.5%% filtered)",
+    )
     ap.add_argument("--reader", help=argparse.SUPPRESS)
     ap.add_argument("--phase", default="search", help=argparse.SUPPRESS)
     ap.add_argument("--host", help=argparse.SUPPRESS)
