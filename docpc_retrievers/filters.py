@@ -58,7 +58,7 @@ def check_where(where: Mapping[str, Any] | None) -> dict[str, Any] | None:
         raise InvalidFilterError(f"a filter must be a dict (a Chroma where filter), got {type(where).__name__}")
     if not where:
         return None
-    plain = json.loads(json.dumps(where, default=_unserialisable)) if _nested_mappings(where) else dict(where)
+    plain = json.loads(json.dumps(where, default=_unserialisable))  # plain dicts and lists, or a clear error
     _walk(plain)
     from chromadb.api.types import validate_where
 
@@ -70,10 +70,6 @@ def check_where(where: Mapping[str, Any] | None) -> dict[str, Any] | None:
             f"logical: {', '.join(LOGICAL_OPERATORS)} with a list of at least two filters"
         ) from None
     return plain
-
-
-def _nested_mappings(where: Mapping[str, Any]) -> bool:
-    return any(isinstance(v, (Mapping, list, tuple)) for v in where.values())
 
 
 def _unserialisable(value: Any) -> Any:

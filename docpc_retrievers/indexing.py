@@ -30,18 +30,9 @@ import numpy as np
 from PIL import Image
 
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
-from docpc_retrievers.documents.discovery import (
-    check_roots,
-    discover_pdfs,
-    document_id,
-    under_roots,
-)
-from docpc_retrievers.documents.represent import RepresentedDocument
-from docpc_retrievers.documents.user_metadata import (
-    UserMetadata,
-    resolve_user_metadata,
-    user_part,
-)
+from docpc_retrievers.documents.discovery import check_roots, discover_pdfs, document_id, under_roots
+from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
+from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_metadata, user_part
 from docpc_retrievers.documents.workers import (
     DEFAULT_RENDER_TIMEOUT,
     DEFAULT_WORKER_MEMORY,
@@ -52,6 +43,7 @@ from docpc_retrievers.documents.workers import (
     render_document,
 )
 from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.store.grids import GridImageStore
@@ -102,7 +94,6 @@ class Indexer:
         self.grids = grids
         self.settings = settings
         self._encoder = encoder
-        self._user: dict[Path, dict[str, Any]] = {}
 
     def add_pdfs(
         self,
@@ -147,7 +138,7 @@ class Indexer:
         paths = list(paths)
         files = discover_pdfs(paths)
         roots = check_roots(paths) if prune else []
-        self._user = resolve_user_metadata(
+        user = resolve_user_metadata(
             [f for f in files if f.exists()], metadata, by_path=metadata_by_path, sidecars=sidecars
         )
         report = IndexReport()
@@ -167,7 +158,7 @@ class Indexer:
         pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
         try:
             for path, rendered in renderer.imap(files, self._plan):
-                outcome = self._take_one(job, path, rendered, seen_ids, report, pending)
+                outcome = self._take_one(job, path, rendered, seen_ids, report, pending, user.get(path))
                 if outcome != "indexed":
                     committed_bar.update(1)
                 self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=False)
@@ -225,8 +216,10 @@ class Indexer:
         seen_ids: set[str],
         report: IndexReport,
         pending: list[_Pending],
+        user: dict[str, Any] | None,
     ) -> str:
-        """Decide one file's outcome, in file order, from its rendering (None when none was needed)."""
+        """Decide one file's outcome, in file order, from its rendering (None when none was needed);
+        ``user``: the file's user metadata, when the run gives it some."""
         try:
             doc_id = rendered.doc.doc_id if rendered is not None and rendered.doc is not None else document_id(path)
         except FileNotFoundError:
@@ -243,12 +236,12 @@ class Indexer:
             if stale:
                 self.delete(stale)
                 report.replaced.extend(stale)
-            if doc_id in seen_ids or (doc_id in at_path and path not in self._user):
+            if doc_id in seen_ids or (doc_id in at_path and not user):
                 report.skipped.append(doc_id)  # a copy met earlier in this run, or stored here and nothing to update
                 seen_ids.add(doc_id)
                 return "skipped"
             seen_ids.add(doc_id)
-            return self._follow(path, doc_id, report)
+            return self._follow(path, doc_id, report, user)
         if rendered is None:  # stored when planned, gone now (deleted meanwhile): render it here
             rendered = render_document(job, path, doc_id)
         report.add_time("render_s", rendered.seconds)
@@ -261,13 +254,13 @@ class Indexer:
             return "failed"
         doc = rendered.doc
         seen_ids.add(doc_id)
-        item = _Pending(doc, str(path), user=self._user.get(path, {}))
+        item = _Pending(doc, str(path), user=user or {})
         if doc.grid is not None and self.grids.store_grids:
             item.grid_bytes = rendered.preview if rendered.preview is not None else self.grids.encode_later(doc.grid.image)
         pending.append(item)
         return "indexed"
 
-    def _follow(self, path: Path, doc_id: str, report: IndexReport) -> str:
+    def _follow(self, path: Path, doc_id: str, report: IndexReport, wanted: dict[str, Any] | None) -> str:
         """A stored, unchanged file: record a move (its old path no longer holds these bytes) and user
         metadata that changed, without encoding anything; ``skipped``, or ``moved`` when its source changed."""
         found = self.store.get([doc_id])
@@ -277,11 +270,10 @@ class Indexer:
         stored = found[0].metadata
         changes: dict[str, Any] = {}
         old_source = str(stored.get("source") or "")
-        moved = old_source != str(path) and not _holds(old_source, doc_id)
+        moved = old_source != str(path) and not _holds(doc_id, stored)
         if moved:
             stat = path.stat()
             changes.update(source=str(path), file_name=path.name, file_bytes=stat.st_size, file_mtime=stat.st_mtime)
-        wanted = self._user.get(path)
         if wanted and any(stored.get(k) != v for k, v in wanted.items()):
             changes.update(wanted)
         if not changes:
@@ -409,12 +401,13 @@ class Indexer:
         return self.store.delete(ids)
 
 
-def _holds(source: str, doc_id: str) -> bool:
-    """Whether ``source`` still holds the bytes of ``doc_id`` (a copy left in place, not a move)."""
+def _holds(doc_id: str, stored: Mapping[str, Any]) -> bool:
+    """Whether the recorded source still holds the bytes of ``doc_id`` (a copy left in place, not a move)."""
     try:
-        return bool(source) and Path(source).is_file() and document_id(source) == doc_id
-    except OSError:
+        checked_source(doc_id, stored)  # size and mtime first; the content hash only when they changed
+    except PDFLoadError:
         return False
+    return True
 
 
 def encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[tuple[np.ndarray, TokenGrid | None]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,14 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_encoder(tiny_checkpoint: Path) -> ColPaliEncoder:
     """ColPaliEncoder on the tiny checkpoint, cpu/float32, loaded through the real from_pretrained path."""
     return ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32")
+
+
+@pytest.fixture()
+def fresh_chroma() -> Iterator[None]:
+    """The test opens stores from disk, not from a Chroma system cached by an earlier test (use it module-wide
+    with ``pytestmark = pytest.mark.usefixtures("fresh_chroma")``)."""
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+    yield
+    SharedSystemClient.clear_system_cache()

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,16 +46,9 @@ from docpc_retrievers.store.locking import WriterLock
 from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.testing import build_tiny_colqwen2
 
-pytestmark = [pytest.mark.slow, needs_corpus]
+pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow, needs_corpus]
 
 RESULT_KEYS = {"id", "score", "source", "title", "pages", "selected_pages"}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
 
 
 @dataclass

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,7 @@ from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.testing.chroma_server import ChromaServer
 
 
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
 
 def _docs(folder: Path, n: int, prefix: str = "stable") -> Path:

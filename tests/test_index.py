@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.testing import build_tiny_colqwen2
 
-pytestmark = [pytest.mark.slow, needs_corpus]
+pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow, needs_corpus]
 
 #: The documents of the module store: (path, total pages, title as indexed or None).
 GOOD = {
@@ -64,14 +63,6 @@ class BuiltStore:
     path: Path
     report: IndexReport
     results: dict[str, list[SearchResult]]  # query -> top-100 results right after building
-
-
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    """Every test opens stores from disk, not from a Chroma system cached by an earlier test."""
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ readable output. The command line runs in this process here, so a model load can
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,7 @@ from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.filters import check_where
 
 
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
 
 @pytest.fixture()

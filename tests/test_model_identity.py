@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,7 @@ from docpc_retrievers.testing import build_tiny_colqwen2
 from docpc_retrievers.testing.chroma_server import ChromaServer
 
 
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
 
 @pytest.fixture(scope="module")

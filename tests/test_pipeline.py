@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,7 @@ from docpc_retrievers.documents.workers import RenderJob, RenderPool, default_wo
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.index import DocPCIndex
 
-pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
+pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow]
 
 
 def _snapshot(index: DocPCIndex) -> dict[str, tuple[dict, bytes, bytes]]:

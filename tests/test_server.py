@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import clear_chroma_cache, docpc_command, make_pdf, run_docpc, run_docpc_parallel, subprocess_env
+from e2e_helpers import docpc_command, make_pdf, run_docpc, run_docpc_parallel, subprocess_env
 
 from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.testing.chroma_server import ChromaServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +31,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
 
 
 def _pdfs(folder: Path, labels: range) -> list[Path]:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from e2e_helpers import clear_chroma_cache, make_pdf
+from e2e_helpers import make_pdf
 from PIL import Image
 
 from docpc_retrievers import DocPCIndex, InvalidMetadataError, SourceRootError
 from docpc_retrievers.encoders import ColPaliEncoder, EncodedImage
+
+
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
 
 class CountingEncoder:
@@ -44,13 +47,6 @@ class CountingEncoder:
 
     def __getattr__(self, name: str) -> Any:  # image_patch_grid, has_patch_grid, ...
         return getattr(self.inner, name)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_chroma() -> Iterator[None]:
-    clear_chroma_cache()
-    yield
-    clear_chroma_cache()
 
 
 @pytest.fixture()

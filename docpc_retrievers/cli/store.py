@@ -70,14 +70,15 @@ def run_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _size(n: int | None) -> str:
-    if not n:
-        return "0 B"
+def _size(n: float | None) -> str:
+    """Bytes for people: ``512 B``, ``182.8 KiB``, ``5.2 MiB``."""
+    n = float(n or 0)
+    unit = "B"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+            break
+        n /= 1024
+    return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
 
 
 def _pair(value: Any) -> str:

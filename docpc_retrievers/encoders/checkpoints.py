@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.encoders.families import DEFAULT_MODEL, _family_from_config
-from docpc_retrievers.encoders.identity import ModelIdentity
+from docpc_retrievers.encoders.identity import ModelIdentity, looks_like_path
 from docpc_retrievers.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class _Checkpoint:
         fingerprint = self.fingerprint
         if fingerprint is None and self.folder is not None and self.folder.is_dir():
             fingerprint = fingerprint_folder(self.folder)
-        local = self.model_id if _looks_like_path(self.model_id) else None
+        local = self.model_id if looks_like_path(self.model_id) else None
         return ModelIdentity(
             family=family,
             fingerprint=fingerprint,
@@ -118,25 +118,13 @@ class _HubAccess:
 
 
 def _how_to_fix(model: str) -> str:
-    hub_id = model if not _looks_like_path(model) and model.count("/") == 1 else DEFAULT_MODEL
+    hub_id = model if not looks_like_path(model) and model.count("/") == 1 else DEFAULT_MODEL
     return (
         "To use a local copy: on a machine with internet access run "
         f"`hf download {hub_id} --local-dir DIR` (older huggingface_hub: `huggingface-cli download ...`), "
         "copy DIR here and pass it as the model (`--model DIR`, or ColPaliEncoder('DIR')); or populate the "
         "Hugging Face cache (HF_HOME) and set HF_HUB_OFFLINE=1. A PEFT adapter also needs its base model "
         "(adapter_config.json 'base_model_name_or_path') available the same way."
-    )
-
-
-def _looks_like_path(model: str | Path) -> bool:
-    """Path-like names are never sent to the Hub (hub ids are ``name`` or ``org/name``)."""
-    if isinstance(model, Path):
-        return True
-    return (
-        model.startswith(("/", ".", "~"))
-        or "\\" in model
-        or model.count("/") > 1
-        or (len(model) > 1 and model[1] == ":")
     )
 
 
@@ -274,7 +262,7 @@ def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...]
             f"Model folder {folder!r} has neither config.json nor adapter_config.json: not a checkpoint. "
             f"{_how_to_fix(name)}"
         )
-    if _looks_like_path(model):
+    if looks_like_path(model):
         raise ModelLoadError(f"Model folder {str(local)!r} does not exist. {_how_to_fix(name)}")
 
     from huggingface_hub.utils import HFValidationError, validate_repo_id

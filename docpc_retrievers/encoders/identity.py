@@ -14,14 +14,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IDENTITY_KEYS", "ModelIdentity"]
+__all__ = ["IDENTITY_KEYS", "ModelIdentity", "looks_like_path"]
 
 #: Encoder-setting keys that describe which model it is (compared by :meth:`ModelIdentity.differences`).
 IDENTITY_KEYS = frozenset({"model_id", "hub_id", "path", "revision", "fingerprint", "family", "base_model"})
 
 
-def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or (len(name) > 1 and name[1] == ":")
+def looks_like_path(model: object) -> bool:
+    """Path-like names are never sent to the Hub (hub ids are ``name`` or ``org/name``)."""
+    if not isinstance(model, str):
+        return True  # a Path
+    return (
+        model.startswith(("/", ".", "~"))
+        or "\\" in model
+        or model.count("/") > 1
+        or (len(model) > 1 and model[1] == ":")
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -58,7 +66,7 @@ class ModelIdentity:
         hub_id = _text(settings.get("hub_id"))
         path = _text(settings.get("path"))
         if "hub_id" not in settings and "path" not in settings and model_id is not None:
-            if _looks_like_path(model_id):
+            if looks_like_path(model_id):
                 path = model_id
             else:
                 hub_id = model_id

@@ -61,12 +61,6 @@ class EncoderLoader:
         candidates = ModelIdentity.from_settings(recorded).candidates()
         return candidates[0] if candidates else DEFAULT_MODEL
 
-    @property
-    def identity(self) -> ModelIdentity | None:
-        """The store's recorded model identity (None for a new store)."""
-        recorded = self._recorded()
-        return ModelIdentity.from_settings(recorded) if recorded else None
-
     def get(self) -> Encoder:
         """The encoder, built and checked on first call (thread-safe)."""
         with self._lock:

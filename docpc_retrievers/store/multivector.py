@@ -46,19 +46,8 @@ from docpc_retrievers.filters import check_where
 from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.candidates import CentroidIndex, document_centroids
-from docpc_retrievers.store.codec import (
-    decode_int8,
-    dequantize,
-    encode_int8,
-    pack_vectors,
-    unpack_vectors,
-)
-from docpc_retrievers.store.engine import (
-    STORE_FORMAT,
-    ChromaEngine,
-    DocumentRecord,
-    chroma_client,
-)
+from docpc_retrievers.store.codec import decode_int8, dequantize, encode_int8, pack_vectors, unpack_vectors
+from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord, chroma_client
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
 
@@ -246,7 +235,6 @@ class MultiVectorStore:
         self._n: dict[str, int] = {}
         self._parts: dict[str, tuple[int, ...]] = {}
         self._meta_cache: dict[str, dict[str, Any]] = {}
-        self._vanished: set[str] = set()  # candidates found deleted while scoring (search fills their slots)
         self._loaded = False
 
     # ------------------------------------------------------------------ setup
@@ -826,8 +814,7 @@ class MultiVectorStore:
                     hits = self._search_one(q, live, keep, top_k, max(n_candidates or self._candidates(q), top_k),
                                             exhaustive, aggregate)
                 records = self._public_metadata([d for d, _, _ in hits])
-                missing = {d for d, _, _ in hits if d not in records} | self._vanished
-                self._vanished = set()
+                missing = {d for d, _, _ in hits if d not in records}
                 found = [ScoredDocument(d, s, dict(records[d]), parts) for d, s, parts in hits if d in records]
                 if len(found) >= min(top_k, len(live) - len(missing)) or not missing - gone:
                     break
@@ -876,9 +863,8 @@ class MultiVectorStore:
         """Exact aggregate scores ``[len(ids)]`` and each document's part scores, straight from int8 rows."""
         packed = self._packed(ids)
         absent = [doc_id for doc_id in ids if doc_id not in packed]
-        if absent:
+        if absent:  # deleted meanwhile: scored -inf, so the search leaves them out and fills their slots
             self._check_deleted(absent)
-            self._vanished.update(absent)
         rows, scales, lengths, counts = [], [], [], []
         kept = [doc_id for doc_id in ids if doc_id in packed]
         if not kept:
