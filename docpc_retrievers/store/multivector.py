@@ -853,8 +853,8 @@ class MultiVectorStore:
         for start in range(0, len(cand), _SCORE_CHUNK):
             chunk = cand[start : start + _SCORE_CHUNK]
             scores, per_part = self._score(q, chunk, aggregate)
-            best.extend(
-                (float(s), d, tuple(float(v) for v in p)) for s, d, p in zip(scores, chunk, per_part) if np.isfinite(s)
+            best.extend(  # -inf: deleted meanwhile (see _score)
+                (float(s), d, tuple(float(v) for v in p)) for s, d, p in zip(scores.tolist(), chunk, per_part) if s > -np.inf
             )
             best = sorted(best, key=lambda x: (-x[0], x[1]))[:top_k]
         return [(d, s, p) for s, d, p in best]
