@@ -184,7 +184,7 @@ def pool_cost_ms(vectors: int = 760, repeats: int = 8) -> float:
     import numpy as np
 
     from docpc_retrievers.config import DEFAULT_POOL_FACTOR
-    from docpc_retrievers.store.pooling import pool_vectors
+    from docpc_retrievers.encoders.pooling import pool_vectors
 
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((vectors, 128)).astype(np.float32) for _ in range(repeats + 1)]

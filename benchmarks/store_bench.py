@@ -51,7 +51,7 @@ import numpy as np
 from docpc_retrievers.scoring.maxsim import maxsim
 from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.multivector import MultiVectorStore
-from docpc_retrievers.store.pooling import pool_vectors
+from docpc_retrievers.encoders.pooling import pool_vectors
 
 DIM = 128
 

@@ -30,7 +30,7 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import Hit, SearchResult
-from docpc_retrievers.store.grids import GRID_MIME_TYPE
+from docpc_retrievers.grid_previews import GRID_MIME_TYPE
 from docpc_retrievers.store.layout import StoreLayout
 
 __all__ = [

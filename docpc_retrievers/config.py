@@ -46,7 +46,7 @@ MODES = ("grid", "page")
 #: scales it to its own resolution (about 768 visual tokens for ColQwen2).
 DEFAULT_PAGE_SIZE = (1024, 1324)
 
-#: Token pooling factor of new stores: about n / 2 vectors kept per document (see store/pooling.py).
+#: Token pooling factor of new stores: about n / 2 vectors kept per document (see encoders/pooling.py).
 DEFAULT_POOL_FACTOR = 2
 
 #: Documents a search returns when not told otherwise.

@@ -27,7 +27,7 @@ from docpc_retrievers.indexing import Indexer
 from docpc_retrievers.rerank import PageReranker
 from docpc_retrievers.results import IndexReport, SearchResult
 from docpc_retrievers.search import Searcher
-from docpc_retrievers.store.grids import GridImageStore
+from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore
 

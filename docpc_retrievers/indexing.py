@@ -46,9 +46,9 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
-from docpc_retrievers.store.grids import GridImageStore
+from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
-from docpc_retrievers.store.pooling import pool_vectors
+from docpc_retrievers.encoders.pooling import pool_vectors
 
 __all__ = ["Indexer", "encode_with_tokens"]
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from docpc_retrievers.store import candidates
-from docpc_retrievers.store.candidates import CentroidIndex, coarsen, document_centroids
+from docpc_retrievers.store.search import centroids as candidates
+from docpc_retrievers.store.search.centroids import CentroidIndex, coarsen, document_centroids
+from docpc_retrievers.store.search.two_stage import CANDIDATE_TOKEN_BUDGET, TwoStageSearch
 
 DIM = 32
 
@@ -61,30 +64,60 @@ def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: 
     assert "planted" not in index.top(query, 10)
 
 
-def test_removed_documents_never_come_back_after_compaction() -> None:
+def test_removed_documents_never_come_back_after_a_save() -> None:
     index, _ = _index(3000)
     index.remove([f"d{i}" for i in range(2500)])
     query = _unit(np.random.default_rng(4).standard_normal((4, DIM)))
-    index.top(query, 5)  # more than half the slots are dead: compacted here
     assert len(index) == 500
     assert set(index.top(query, 1000)) == {f"d{i}" for i in range(2500, 3000)}
-    saved = index.export()
-    assert saved["ids"].tolist() == index.ids() and len(saved["ids"]) == 500
-    assert saved["fine"].shape == (16, 500, DIM) and saved["coarse"].shape == (4, 500, DIM)
 
 
-def test_export_and_restore_give_the_same_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_saved_index_opens_memory_mapped_and_gives_the_same_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
     index, _ = _index(1500)
     index.remove(["d7", "d9"])
     query = _unit(np.random.default_rng(6).standard_normal((5, DIM)))
-    restored = CentroidIndex(16, DIM)
-    restored.restore(index.export())
-    assert len(restored) == 1498
-    assert restored.top(query, 30) == index.top(query, 30)  # coarse pass and all
-    assert sorted(restored.top(query, 2000)) == sorted(index.ids())
-    with pytest.raises(ValueError, match="shapes"):
-        CentroidIndex(8, DIM).restore(index.export())
+    before = index.top(query, 30)
+    index.save(tmp_path / "fs", {"counts": np.arange(1498)})
+    fine = next((tmp_path / "fs").glob("snap-*/fine.bin"))
+    assert fine.stat().st_size == 16 * 1498 * DIM * np.dtype(np.float32 if "float32" in str(candidates.compute_dtype()) else np.uint16).itemsize
+    assert index.top(query, 30) == before  # the saver maps its own snapshot back
+    opened = CentroidIndex(16, DIM)
+    extras = opened.load(tmp_path / "fs")
+    assert extras is not None and extras["counts"].tolist() == list(range(1498))
+    assert len(opened) == 1498 and opened.ids() == index.ids()
+    assert opened.top(query, 30) == before  # coarse pass and all
+    if Path("/proc/self/maps").exists():  # opened as a memory map of the snapshot's files, not read into memory
+        assert str(fine.resolve()) in Path("/proc/self/maps").read_text()
+    assert sorted(opened.top(query, 2000)) == sorted(index.ids())
+    assert CentroidIndex(8, DIM).load(tmp_path / "fs") is None  # other shapes: not used
+    assert CentroidIndex(16, DIM).load(tmp_path / "nothing") is None
+
+
+def test_documents_added_and_removed_after_opening_a_snapshot(tmp_path: Path) -> None:
+    """Additions go to an in-memory segment beside the mapped one; removals hide mapped rows; a save merges both."""
+    index, summaries = _index(400)
+    index.save(tmp_path / "fs")
+    opened = CentroidIndex(16, DIM)
+    assert opened.load(tmp_path / "fs") is not None
+    rng = np.random.default_rng(8)
+    planted = _unit(rng.standard_normal((16, DIM)))
+    opened.add(["planted"], [planted])
+    opened.remove(["d0", "d1"])
+    query = _unit(planted[:4] + 0.05 * rng.standard_normal((4, DIM)))
+    assert opened.top(query, 1) == ["planted"]
+    everything = opened.top(query, 1000)
+    assert len(everything) == 399 and "d0" not in everything and "planted" in everything
+    opened.add(["d5"], [summaries[5]])  # replace a mapped document by a new version
+    assert opened.ids().count("d5") == 1
+    opened.save(tmp_path / "fs")
+    again = CentroidIndex(16, DIM)
+    assert again.load(tmp_path / "fs") is not None
+    assert sorted(again.ids()) == sorted(opened.ids()) and len(again) == 399
+    assert again.top(query, 1) == ["planted"]
+    assert len(list((tmp_path / "fs").glob("snap-*"))) == 1  # older snapshots are removed
 
 
 def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
@@ -95,10 +128,8 @@ def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
 
 
 def test_queries_with_fewer_tokens_keep_more_candidates(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from docpc_retrievers.store.multivector import CANDIDATE_TOKEN_BUDGET, MultiVectorStore
-
-    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=256) as store:
-        counts = {t: store._candidates(np.zeros((t, DIM), dtype=np.float32)) for t in (1, 10, 16, 24, 40)}
+    search = TwoStageSearch(CentroidIndex(16, DIM), None, n_candidates=256)  # type: ignore[arg-type]
+    counts = {t: search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in (1, 10, 16, 24, 40)}
     assert counts[16] == counts[24] == counts[40] == 256
     assert counts[10] == CANDIDATE_TOKEN_BUDGET // 10 > 256
     assert counts[1] == 4 * 256

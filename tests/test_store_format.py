@@ -14,7 +14,7 @@ from PIL import Image
 from docpc_retrievers.errors import DocumentNotFoundError, StoreError
 from docpc_retrievers.store.codec import chunk_payload, dequantize, join_payload, pack_vectors, quantize, unpack_vectors
 from docpc_retrievers.store.multivector import MultiVectorStore
-from docpc_retrievers.store.pooling import pool_vectors
+from docpc_retrievers.encoders.pooling import pool_vectors
 
 DIM = 32
 

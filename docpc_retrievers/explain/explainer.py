@@ -35,7 +35,7 @@ from docpc_retrievers.explain.pictures import (
 )
 from docpc_retrievers.results import SearchResult
 from docpc_retrievers.scoring.evidence import TokenGrid
-from docpc_retrievers.store.grids import GridImageStore
+from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 
 __all__ = ["DEFAULT_EXPLAIN_DPI", "Explainer"]

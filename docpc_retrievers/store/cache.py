@@ -10,7 +10,7 @@ reason is a miss (the engine is asked again).
 Files (under ``StoreLayout.cache``)::
 
     state.json            engine identity, the change-feed position applied
-    first_stage.npz       ids, the first stage's two levels as raw bfloat16 (centroid-major), vector counts, parts
+    first_stage/          the first stage's snapshot (search/centroids.py: raw centroid files, memory-mapped)
     vec-<session>.bin     packed compact vectors, appended (codec.pack_vectors)
     vectors.npz           where each document's packed vectors are: file, offset, length
 """
@@ -72,7 +72,7 @@ class VectorCache:
     def _reset(self) -> None:
         """Forget every cached entry (files of other sessions are left for them; unreferenced ones are cleaned)."""
         self.position, self.seen, self._where = 0, set(), {}
-        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json"):
+        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json", "first_stage/current.json"):
             try:
                 (self.folder / name).unlink()
             except OSError:
@@ -83,6 +83,12 @@ class VectorCache:
     def dirty(self) -> bool:
         """Whether something changed since the last :meth:`save`."""
         return self._dirty
+
+    def advance(self, position: int, keys: Iterable[str]) -> None:
+        """Our own commit at feed ``position`` (keys ``keys``): followed without reading it back."""
+        self.seen.update(keys)
+        self.position = max(self.position, position)
+        self._dirty = True
 
     def mark_dirty(self) -> None:
         """Note a change made from outside (the feed position, the seen keys)."""
@@ -109,21 +115,10 @@ class VectorCache:
         except OSError as exc:
             logger.warning("could not save the local cache %s: %s", self.folder, exc)
 
-    # -------------------------------------------------------------- summaries
-    def load_summaries(self) -> dict[str, np.ndarray] | None:
-        """The saved first stage (``CentroidIndex.export`` arrays plus ``counts`` and ``parts``), or None."""
-        try:
-            with np.load(self.folder / "first_stage.npz") as z:
-                return {k: z[k] for k in z.files}
-        except (OSError, ValueError, KeyError):
-            return None
-
-    def save_summaries(self, arrays: Mapping[str, np.ndarray]) -> None:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            _atomic_npz(self.folder / "first_stage.npz", **arrays)
-        except OSError as exc:
-            logger.warning("could not save summaries to %s: %s", self.folder, exc)
+    @property
+    def first_stage_dir(self) -> Path:
+        """Where the first stage saves its snapshot (see ``CentroidIndex.save``)."""
+        return self.folder / "first_stage"
 
     # ---------------------------------------------------------------- vectors
     def get(self, doc_id: str) -> bytes | None:
@@ -217,7 +212,7 @@ class VectorCache:
         """Bytes of the cache folder."""
         if not self.folder.exists():
             return 0
-        return sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
+        return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
 
     def live_bytes(self) -> int:
         """Bytes of the entries still referenced."""

@@ -42,7 +42,7 @@ import numpy as np
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 
-__all__ = ["Change", "ChromaEngine", "DocumentRecord", "StoreEngine", "STORE_FORMAT"]
+__all__ = ["Change", "ChromaEngine", "DocumentRecord", "StoreEngine", "STORE_FORMAT", "chroma_client", "require_collection"]
 
 logger = logging.getLogger(__name__)
 
@@ -447,6 +447,18 @@ def chroma_client(path: os.PathLike[str] | str | None, host: str | None, port: i
     client = chromadb.PersistentClient(path=str(path), settings=settings)
     _OPENED[str(path)] = _marker(str(path))
     return client
+
+
+def require_collection(client: Any, name: str, host: str | None) -> None:
+    """StoreError unless the server at ``host`` can be reached and holds the collection ``name``."""
+    try:
+        client.get_collection(name)
+    except Exception as exc:
+        if "connect" in f"{type(exc).__name__} {exc}".lower():
+            raise StoreError(f"the Chroma server at {host} cannot be reached ({exc})") from exc
+        raise StoreError(
+            f"no docpc store named {name!r} on the Chroma server {host}; index some documents first"
+        ) from exc
 
 
 _OPENED: dict[str, tuple[int, int]] = {}

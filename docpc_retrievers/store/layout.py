@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers.errors import DocumentNotFoundError
+from docpc_retrievers.errors import DocumentNotFoundError, StoreError
 
 __all__ = ["StoreLayout", "check_doc_id", "write_json_atomic"]
 
@@ -92,6 +92,16 @@ class StoreLayout:
     @property
     def cache(self) -> Path:
         return self.root / "cache"
+
+    def read_manifest(self) -> dict[str, Any]:
+        """The local manifest (format, collection); empty when there is none, StoreError when unreadable."""
+        try:
+            data = json.loads(self.manifest.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, json.JSONDecodeError) as exc:
+            raise StoreError(f"{self.manifest} is unreadable: {exc}") from exc
+        return data if isinstance(data, dict) else {}
 
     def cached_grid(self, doc_id: str) -> Path:
         """Where a grid preview read from Chroma is cached (the id is checked first)."""

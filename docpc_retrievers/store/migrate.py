@@ -24,13 +24,18 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from docpc_retrievers.documents.preview import encode_grid
 from docpc_retrievers.errors import StoreError
-from docpc_retrievers.store.candidates import document_centroids
 from docpc_retrievers.store.codec import encode_int8, pack_vectors
-from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord, chroma_client
-from docpc_retrievers.store.grids import encode_grid
+from docpc_retrievers.store.engine import (
+    STORE_FORMAT,
+    ChromaEngine,
+    DocumentRecord,
+    chroma_client,
+)
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
+from docpc_retrievers.store.search.centroids import document_centroids
 
 __all__ = ["MigrationReport", "migrate_store"]
 

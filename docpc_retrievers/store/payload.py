@@ -1,0 +1,70 @@
+"""Reading documents' payload: compact vectors and grid previews, from the local cache, else from Chroma (then cached)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from docpc_retrievers.errors import StoreError
+from docpc_retrievers.store.cache import VectorCache
+from docpc_retrievers.store.codec import unpack_vectors
+from docpc_retrievers.store.engine import ChromaEngine
+
+__all__ = ["VectorReader", "read_grid"]
+
+
+class VectorReader:
+    """The :class:`~docpc_retrievers.store.search.VectorSource` of a store: packed int8 rows by document id.
+
+    ``counts`` and ``parts`` are the caller's live maps (vector count, part split per document).
+    """
+
+    def __init__(self, engine: ChromaEngine, cache: VectorCache, path: Path, dim: int,
+                 counts: Mapping[str, int], parts: Mapping[str, tuple[int, ...]]) -> None:
+        self.engine, self.cache, self.path, self.dim = engine, cache, path, dim
+        self.counts, self._parts = counts, parts
+
+    def packed(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """Packed vectors of ``ids``; absent for documents deleted meanwhile (StoreError if a live one lacks them)."""
+        found = self.cache.get_many(ids)
+        missing = [doc_id for doc_id in ids if doc_id not in found]
+        if missing:
+            fetched = self.engine.payload(missing, "v")
+            self.cache.put(fetched)
+            found.update(fetched)
+        absent = [doc_id for doc_id in ids if doc_id not in found]
+        if absent:
+            still = self.engine.records(absent, include_summary=False)
+            if still:  # payload missing while the record lives: the store is damaged
+                raise StoreError(
+                    f"store {self.path}: the vectors of document(s) {', '.join(sorted(still))} are missing from Chroma"
+                )
+        return found
+
+    def unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """int8 rows ``[n, dim]``, scales ``[n]`` and anchors (or None) of one document."""
+        return unpack_vectors(data, self.dim, self.counts[doc_id])
+
+    def parts(self, doc_id: str) -> tuple[int, ...] | None:
+        return self._parts.get(doc_id)
+
+
+def read_grid(cached: Path, fetch: Callable[[], bytes | None]) -> bytes | None:
+    """A grid preview from its cached file, else ``fetch()``-ed and written there (a failed write is only a miss)."""
+    try:
+        return cached.read_bytes()
+    except OSError:
+        pass
+    data = fetch()
+    if data is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, cached)
+        except OSError:
+            pass
+    return data

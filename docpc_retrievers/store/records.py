@@ -1,0 +1,176 @@
+"""What a document record holds: the result types, metadata rules and the first-stage summary's text form."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from docpc_retrievers.store.codec import (
+    decode_int8,
+    dequantize,
+    encode_int8,
+    pack_vectors,
+)
+from docpc_retrievers.store.engine import DocumentRecord
+from docpc_retrievers.store.search.centroids import document_centroids
+
+__all__ = ["INTERNAL_PREFIX", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "replaced_metadata", "public", "summary_text",
+           "summary_vectors"]
+
+INTERNAL_PREFIX = "_"
+"""Metadata keys the store keeps for itself (vector count, summary, parts, sizes)."""
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A document record: its id, its public metadata and how many vectors it has."""
+
+    id: str
+    metadata: dict[str, Any]
+    n_vectors: int
+    vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    parts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScoredDocument:
+    """A search hit: id, score (higher is better) and public metadata.
+
+    For records stored in several parts (one per page in page mode),
+    ``part_scores`` holds each part's exact MaxSim and ``score`` is their
+    aggregate; for single-part records it is ``(score,)``.
+    """
+
+    id: str
+    score: float
+    metadata: dict[str, Any]
+    part_scores: tuple[float, ...] = ()
+
+
+def public(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a user sees: internal ``_`` keys and absent values left out."""
+    return {k: v for k, v in metadata.items() if not k.startswith(INTERNAL_PREFIX) and v is not None}
+
+
+def check_metadata(doc_id: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Metadata as Chroma stores it: reserved keys refused, None and empty lists dropped, types checked."""
+    clean: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if key.startswith(INTERNAL_PREFIX) or key.startswith("chroma:"):
+            raise ValueError(f"document {doc_id}: metadata key {key!r} is reserved")
+        if value is None:
+            continue  # Chroma stores no None: an absent key means the same
+        if isinstance(value, (list, tuple)):
+            if not value:
+                continue  # Chroma refuses empty lists; an absent key means the same
+            value = list(value)
+        elif not isinstance(value, (str, int, float, bool)):
+            raise ValueError(
+                f"document {doc_id}: metadata {key!r} has type {type(value).__name__}; "
+                "use str, int, float, bool, None or a list of one scalar type"
+            )
+        clean[key] = value
+    return clean
+
+
+def summary_text(centroids: np.ndarray) -> str:
+    """A summary's centroids as int8 in base64, the form kept in the record's metadata."""
+    return base64.b64encode(encode_int8(centroids)).decode("ascii")
+
+
+def summary_vectors(text: str, dim: int) -> np.ndarray:
+    """The centroids back from :func:`summary_text`, ``[c, dim]`` float32."""
+    q, scale = decode_int8(base64.b64decode(text), dim)
+    return dequantize(q, scale)
+
+
+def check_batch(
+    ids: Sequence[str],
+    vectors: Sequence[np.ndarray],
+    metadatas: Sequence[Mapping[str, Any]],
+    texts: Sequence[str | None] | None,
+    parts: Sequence[Sequence[int] | None] | None,
+    anchors: Sequence[np.ndarray | None] | None,
+    grids: Sequence[bytes | None] | None,
+    store_dim: int | None,
+) -> list[np.ndarray]:
+    """Check one ``add()`` batch before anything is written; the vectors as float32 matrices (empty: nothing to add)."""
+    n_docs = len(ids)
+    if not (n_docs == len(vectors) == len(metadatas)) or (texts is not None and len(texts) != n_docs):
+        raise ValueError("ids, vectors, metadatas (and texts) must have the same length")
+    if len(set(ids)) != n_docs:
+        raise ValueError("duplicate ids in one add() call")
+    if not ids:
+        return []
+    mats = [np.asarray(v, dtype=np.float32) for v in vectors]
+    dim = store_dim or mats[0].shape[1]
+    for name, seq in (("parts", parts), ("anchors", anchors), ("grids", grids)):
+        if seq is not None and len(seq) != n_docs:
+            raise ValueError(f"{name} must have one entry per document")
+    for i, (doc_id, m) in enumerate(zip(ids, mats)):
+        split = None if parts is None else parts[i]
+        if m.ndim != 2 or m.shape[0] == 0 or m.shape[1] != dim:
+            raise ValueError(f"document {doc_id}: expected a non-empty [n, {dim}] matrix, got {m.shape}")
+        if split is not None and (sum(split) != m.shape[0] or min(split, default=0) < 1):
+            raise ValueError(f"document {doc_id}: parts {list(split)} do not split its {m.shape[0]} rows")
+        if not np.isfinite(m).all():
+            raise ValueError(f"document {doc_id}: embedding contains NaN or inf")
+    return mats
+
+
+def build_record(
+    doc_id: str,
+    vectors: np.ndarray,
+    metadata: Mapping[str, Any],
+    n_centroids: int,
+    *,
+    text: str | None,
+    parts: Sequence[int] | None,
+    anchors: np.ndarray | None,
+    grid: bytes | None,
+) -> tuple[DocumentRecord, np.ndarray]:
+    """A checked document's Chroma record (int8 payload, summary, mean embedding) and its summary ``[c, dim]``."""
+    data = pack_vectors(vectors, anchors)
+    mean = vectors.mean(axis=0)
+    rec = check_metadata(doc_id, metadata)
+    rec.update({"_n": int(vectors.shape[0]), "_summary": summary_text(document_centroids(vectors, n_centroids)),
+                "_vb": len(data)})
+    if parts is not None and len(parts) > 1:
+        rec["_parts"] = [int(v) for v in parts]
+    if grid is not None:
+        rec["_gb"] = len(grid)
+    embedding = mean / max(float(np.linalg.norm(mean)), 1e-12)
+    record = DocumentRecord(doc_id, rec, text or "", embedding, data, grid)
+    return record, summary_vectors(rec["_summary"], vectors.shape[1])
+
+
+class MetadataCache:
+    """Public metadata of result documents, remembered (at most ``size``; the change feed forgets changed ones)."""
+
+    def __init__(self, fetch: Callable[[list[str]], Mapping[str, Mapping[str, Any]]], size: int = 20_000) -> None:
+        self._fetch, self._size = fetch, size
+        self._known: dict[str, dict[str, Any]] = {}
+
+    def get(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Metadata of ``ids``; a document missing from the answer is gone from the store."""
+        missing = [i for i in ids if i not in self._known]
+        if missing:
+            for doc_id, meta in self._fetch(missing).items():
+                self._known[doc_id] = public(meta)
+            while len(self._known) > self._size:
+                self._known.pop(next(iter(self._known)))
+        return {i: self._known[i] for i in ids if i in self._known}
+
+    def forget(self, doc_id: str) -> None:
+        self._known.pop(doc_id, None)
+
+
+def replaced_metadata(doc_id: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's metadata with its public keys replaced by ``new`` (checked) and its internal keys kept."""
+    rec = check_metadata(doc_id, new)
+    rec.update({k: v for k, v in old.items() if k.startswith(INTERNAL_PREFIX)})
+    return {**{k: None for k in old}, **rec}  # None deletes a key Chroma had

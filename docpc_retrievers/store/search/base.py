@@ -1,0 +1,63 @@
+"""The first stage's interface: what any candidate index behind the store must do.
+
+A backend keeps one summary per document (a few unit vectors) and, for a
+query, returns the ids of the documents most likely to score highest under
+exact MaxSim; the store then scores those exactly. Backends save themselves
+into a folder of the local cache and open from it again, so a second engine
+(an ANN library, a server-side index) can sit beside the in-memory one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+__all__ = ["CandidateIndex", "VectorSource"]
+
+
+class CandidateIndex(ABC):
+    """Document summaries in, a shortlist of document ids out."""
+
+    @abstractmethod
+    def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray]) -> None:
+        """Add or replace documents; ``summaries[i]`` is ``[c_i, dim]`` unit rows."""
+
+    @abstractmethod
+    def remove(self, ids: Iterable[str]) -> None:
+        """Forget documents (unknown ids are ignored)."""
+
+    @abstractmethod
+    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
+        """Ids of the ``n`` documents likeliest to score highest for ``query [t, dim]``, within ``allowed``."""
+
+    @abstractmethod
+    def ids(self) -> list[str]:
+        """Every live document id."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
+        """Write the index (and ``extras``, arrays the caller keeps beside it) under ``folder``."""
+
+    @abstractmethod
+    def load(self, folder: Path) -> dict[str, np.ndarray] | None:
+        """Replace the contents with what :meth:`save` wrote; the saved extras, or None when nothing usable is there."""
+
+
+class VectorSource(Protocol):
+    """What exact scoring reads from the store: each candidate's int8 rows and how they split into parts."""
+
+    def packed(self, ids: Sequence[str]) -> dict[str, bytes]:
+        """Packed vectors of ``ids`` (absent: deleted meanwhile; raise when a live record lacks them)."""
+
+    def unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """int8 rows ``[n, dim]``, their scales ``[n]`` and anchors of one document."""
+
+    def parts(self, doc_id: str) -> tuple[int, ...] | None:
+        """Row counts of a multi-part record (page mode), else None."""

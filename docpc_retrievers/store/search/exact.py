@@ -1,0 +1,49 @@
+"""Exact scoring of candidates: MaxSim straight from int8 rows, per part, aggregated per document."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from docpc_retrievers.scoring.maxsim import maxsim_int8
+from docpc_retrievers.store.search.base import VectorSource
+
+__all__ = ["AGGREGATORS", "exact_scores"]
+
+AGGREGATORS = {"max": np.max, "mean": np.mean, "sum": np.sum}
+"""How a multi-part record's part scores make its score: MaxP, AvgP, SumP."""
+
+
+def exact_scores(
+    query: np.ndarray, ids: Sequence[str], source: VectorSource, aggregate: str = "max"
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Scores ``[len(ids)]`` of ``query [t, dim]`` and each document's part scores.
+
+    A document whose vectors are gone (deleted by another writer since the first
+    stage) scores ``-inf`` with no parts, so a search leaves it out and fills its slot.
+    """
+    packed = source.packed(ids)
+    kept = [doc_id for doc_id in ids if doc_id in packed]
+    if not kept:
+        return np.full(len(ids), -np.inf, dtype=np.float32), [np.zeros(0, np.float32) for _ in ids]
+    rows, scales, lengths, counts = [], [], [], []
+    for doc_id in kept:
+        q8, scale, _ = source.unpacked(doc_id, packed[doc_id])
+        rows.append(q8)
+        scales.append(scale)
+        split = source.parts(doc_id) or (len(q8),)
+        lengths.extend(split)
+        counts.append(len(split))
+    flat = maxsim_int8(query, np.concatenate(rows), np.concatenate(scales), lengths)
+    if len(lengths) == len(kept):  # one part each: the part score is the document score
+        scores, per_part = flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(kept))]
+    else:
+        per_part = np.split(flat, np.cumsum(counts)[:-1])
+        reduce = AGGREGATORS[aggregate]
+        scores = np.array([reduce(p) for p in per_part], dtype=np.float32)
+    if len(kept) == len(ids):
+        return scores, per_part
+    by_id = dict(zip(kept, zip(scores.tolist(), per_part)))
+    empty = (float("-inf"), np.zeros(0, np.float32))
+    return (np.array([by_id.get(i, empty)[0] for i in ids], dtype=np.float32), [by_id.get(i, empty)[1] for i in ids])

@@ -1,0 +1,124 @@
+"""What this process knows of the store: each document's vector count and parts, and the first stage.
+
+Built from the cache's first-stage snapshot when there is one (memory-mapped,
+nothing read at open), else from every record in Chroma; kept in step with
+other writers through the change feed (:meth:`StoreView.follow`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from docpc_retrievers.store.cache import VectorCache
+from docpc_retrievers.store.engine import ChromaEngine
+from docpc_retrievers.store.payload import VectorReader
+from docpc_retrievers.store.records import summary_vectors
+from docpc_retrievers.store.search import CentroidIndex, TwoStageSearch
+
+__all__ = ["StoreView"]
+
+logger = logging.getLogger(__name__)
+
+_SAVE_AFTER = 100
+"""Documents changed by other writers after which the snapshot is saved again."""
+
+
+class StoreView:
+    """Vector counts (``n``), parts and the first stage of the documents this process knows."""
+
+    def __init__(self, engine: ChromaEngine, cache: VectorCache, path: Path, *, dim: int,
+                 n_centroids: int, n_candidates: int) -> None:
+        self.engine, self.cache, self.path, self.dim = engine, cache, path, dim
+        self.n: dict[str, int] = {}
+        self.parts: dict[str, tuple[int, ...]] = {}
+        self.index = CentroidIndex(n_centroids, dim)
+        self.reader = VectorReader(engine, cache, path, dim, self.n, self.parts)
+        self.search = TwoStageSearch(self.index, self.reader, n_candidates)
+
+    def open(self) -> list[str]:
+        """Fill the view: the cache's snapshot plus the feed since, or every record. Returns ids changed meanwhile."""
+        saved = self.index.load(self.cache.first_stage_dir) if self.cache.position else None
+        if saved is not None and {"counts", "part_ids", "parts", "position"} <= set(saved):
+            self.n.update(zip(self.index.ids(), saved["counts"].tolist()))
+            self.parts.update(
+                (str(k), tuple(int(v) for v in json.loads(str(p)))) for k, p in zip(saved["part_ids"], saved["parts"])
+            )
+            if int(saved["position"]) != self.cache.position:  # replay from the snapshot (replaying is idempotent)
+                self.cache.position = int(saved["position"])
+                self.cache.seen.clear()
+            return self.follow()
+        self.index = CentroidIndex(self.index.n_centroids, self.dim)
+        self.search.first_stage = self.index
+        self.n.clear()
+        self.parts.clear()
+        position, seen = self.engine.position()  # first: a commit landing meanwhile is replayed, not missed
+        self.ingest(self.engine.records())
+        self.cache.position = position
+        self.cache.seen.update(seen)
+        self.save()
+        return []
+
+    def ingest(self, records: Mapping[str, Mapping[str, Any]]) -> None:
+        """Add (or replace) documents from their Chroma records."""
+        ids, cents = [], []
+        for doc_id, meta in records.items():
+            if "_summary" not in meta:
+                continue  # a record of another format (or being written)
+            ids.append(doc_id)
+            cents.append(summary_vectors(str(meta["_summary"]), self.dim))
+            self.n[doc_id] = int(meta["_n"])
+            parts = meta.get("_parts")
+            if parts:
+                self.parts[doc_id] = tuple(int(v) for v in parts)
+        self.index.add(ids, cents)
+
+    def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray], counts: Sequence[int],
+            parts: Sequence[tuple[int, ...] | None]) -> None:
+        """Our own commit: documents whose summaries we already hold."""
+        self.index.add(list(ids), summaries)
+        for doc_id, n, split in zip(ids, counts, parts):
+            self.n[doc_id] = int(n)
+            if split:
+                self.parts[doc_id] = split
+
+    def forget(self, ids: Sequence[str]) -> None:
+        self.index.remove(ids)
+        for doc_id in ids:
+            self.n.pop(doc_id, None)
+            self.parts.pop(doc_id, None)
+
+    def follow(self) -> list[str]:
+        """Apply what other writers committed since we last looked (new, replaced, deleted); the ids touched."""
+        changes = self.engine.changes(self.cache.position, skip=self.cache.seen)
+        if not changes:
+            return []
+        touched = list(dict.fromkeys(i for c in changes for i in c.ids))
+        self.forget(touched)
+        self.ingest(self.engine.records(touched) if touched else {})
+        self.cache.seen.update(c.key for c in changes)
+        self.cache.position = max(self.cache.position, max(c.seq for c in changes))
+        self.cache.mark_dirty()
+        if len(touched) > _SAVE_AFTER:
+            self.save()
+        return touched
+
+    def save(self) -> None:
+        """Save the first stage as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
+        ids = self.index.ids()
+        extras = {
+            "counts": np.array([self.n.get(i, 0) for i in ids], dtype=np.int64),
+            "part_ids": np.array(list(self.parts), dtype="U64"),
+            "parts": np.array([json.dumps(list(v)) for v in self.parts.values()], dtype="U4096"),
+            "position": np.array(self.cache.position, dtype=np.int64),
+        }
+        try:
+            self.index.save(self.cache.first_stage_dir, extras)
+        except OSError as exc:
+            logger.warning("could not save the first stage to %s: %s", self.cache.first_stage_dir, exc)
+        self.cache.save()
