@@ -225,6 +225,25 @@ def test_a_reader_after_the_writer_opens_from_the_cache_without_reading_every_re
     assert full_reads == []
 
 
+def test_a_cache_from_before_the_snapshot_is_rebuilt_and_its_old_file_removed(tmp_path: Path) -> None:
+    """A 0.2 cache kept its first stage in first_stage.npz: the store reads Chroma once and maps a snapshot after."""
+    import shutil
+
+    docs, ids = _docs(12, seed=9), _ids(12)
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids, docs, [{} for _ in ids])
+        expected = [(h.id, h.score) for h in store.search(docs[3][:5], top_k=4)]
+    cache = tmp_path / "s" / "cache"
+    shutil.rmtree(cache / "first_stage")
+    (cache / "first_stage.npz").write_bytes(b"an older format")
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert [(h.id, h.score) for h in store.search(docs[3][:5], top_k=4)] == expected
+    assert not (cache / "first_stage.npz").exists()
+    assert (cache / "first_stage" / "current.json").is_file()
+    with MultiVectorStore(tmp_path / "s") as store:  # and the next reader maps that snapshot
+        assert [(h.id, h.score) for h in store.search(docs[3][:5], top_k=4)] == expected
+
+
 def test_cache_reads_many_documents_at_once_and_leaves_misses_out(tmp_path: Path) -> None:
     from docpc_retrievers.store.cache import VectorCache
 

@@ -119,6 +119,7 @@ class StoreView:
         }
         try:
             self.index.save(self.cache.first_stage_dir, extras)
+            (self.cache.folder / "first_stage.npz").unlink(missing_ok=True)  # where 0.2 kept it
         except OSError as exc:
             logger.warning("could not save the first stage to %s: %s", self.cache.first_stage_dir, exc)
         self.cache.save()
