@@ -11,6 +11,7 @@ Files (under ``StoreLayout.cache``)::
 
     state.json            engine identity, the change-feed position applied
     first_stage/          the first stage's snapshot (search/centroids.py: raw centroid files, memory-mapped)
+    token_stage/          the token-level stage's snapshot (search/tokens.py: a faiss IVF file, memory-mapped)
     vec-<session>.bin     packed compact vectors, appended (codec.pack_vectors)
     vectors.npz           where each document's packed vectors are: file, offset, length
 """
@@ -72,7 +73,8 @@ class VectorCache:
     def _reset(self) -> None:
         """Forget every cached entry (files of other sessions are left for them; unreferenced ones are cleaned)."""
         self.position, self.seen, self._where = 0, set(), {}
-        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json", "first_stage/current.json"):
+        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json", "first_stage/current.json",
+                     "token_stage/current.json"):
             try:
                 (self.folder / name).unlink()
             except OSError:
@@ -119,6 +121,11 @@ class VectorCache:
     def first_stage_dir(self) -> Path:
         """Where the first stage saves its snapshot (see ``CentroidIndex.save``)."""
         return self.folder / "first_stage"
+
+    @property
+    def token_stage_dir(self) -> Path:
+        """Where the token-level first stage saves its snapshot (see ``TokenIndex.save``)."""
+        return self.folder / "token_stage"
 
     # ---------------------------------------------------------------- vectors
     def get(self, doc_id: str) -> bytes | None:

@@ -267,7 +267,7 @@ class MultiVectorStore:
         self._advance(seq)
         self._forget(list(ids))
         self._view.add([r.id for r in records], cents, [int(r.metadata["_n"]) for r in records],
-                       [tuple(r.metadata["_parts"]) if "_parts" in r.metadata else None for r in records])
+                       [tuple(r.metadata["_parts"]) if "_parts" in r.metadata else None for r in records], mats)
         self.cache.put(packed)
 
     @_synchronized

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,16 @@ from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.payload import VectorReader
 from docpc_retrievers.store.records import summary_vectors
+from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.search import CentroidIndex, TwoStageSearch
+from docpc_retrievers.store.search.tokens import TokenIndex, faiss_available
 
 __all__ = ["StoreView"]
 
 logger = logging.getLogger(__name__)
 
+_SAVE_EVERY = 20_000
+"""Documents this process adds after which the snapshots are saved (their in-memory parts folded in)."""
 _SAVE_AFTER = 100
 """Documents changed by other writers after which the snapshot is saved again."""
 
@@ -39,7 +44,11 @@ class StoreView:
         self.parts: dict[str, tuple[int, ...]] = {}
         self.index = CentroidIndex(n_centroids, dim)
         self.reader = VectorReader(engine, cache, path, dim, self.n, self.parts)
-        self.search = TwoStageSearch(self.index, self.reader, n_candidates)
+        # The token-level stage (faiss): built on first need when no saved copy matches the centroid one.
+        self.tokens: TokenIndex | None = None
+        self._tokens_wanted = faiss_available()
+        self._added_since_save = 0
+        self.search = TwoStageSearch(self.index, self.reader, n_candidates, token_stage=self._token_stage)
 
     def open(self) -> list[str]:
         """Fill the view: the cache's snapshot plus the feed since, or every record. Returns ids changed meanwhile."""
@@ -52,6 +61,11 @@ class StoreView:
             if int(saved["position"]) != self.cache.position:  # replay from the snapshot (replaying is idempotent)
                 self.cache.position = int(saved["position"])
                 self.cache.seen.clear()
+            if self._tokens_wanted:
+                tokens = TokenIndex(self.dim)
+                kept = tokens.load(self.cache.token_stage_dir)
+                if kept is not None and int(kept.get("position", -1)) == int(saved["position"]) and len(tokens) == len(self.n):
+                    self.tokens = tokens
             return self.follow()
         self.index = CentroidIndex(self.index.n_centroids, self.dim)
         self.search.first_stage = self.index
@@ -79,9 +93,17 @@ class StoreView:
         self.index.add(ids, cents)
 
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray], counts: Sequence[int],
-            parts: Sequence[tuple[int, ...] | None]) -> None:
-        """Our own commit: documents whose summaries we already hold."""
+            parts: Sequence[tuple[int, ...] | None], vectors: Sequence[np.ndarray]) -> None:
+        """Our own commit: documents whose summaries and vectors we already hold."""
         self.index.add(list(ids), summaries)
+        if self.tokens is not None:
+            self.tokens.add(list(ids), vectors)
+        elif self._tokens_wanted and not self.n:  # the first documents of a store: start the token stage with them
+            self.tokens = TokenIndex(self.dim)
+            self.tokens.add(list(ids), vectors)
+        self._added_since_save += len(ids)
+        if self._added_since_save >= _SAVE_EVERY:  # bounds the in-memory segments of a long indexing run
+            self.save()
         for doc_id, n, split in zip(ids, counts, parts):
             self.n[doc_id] = int(n)
             if split:
@@ -89,6 +111,8 @@ class StoreView:
 
     def forget(self, ids: Sequence[str]) -> None:
         self.index.remove(ids)
+        if self.tokens is not None:
+            self.tokens.remove(ids)
         for doc_id in ids:
             self.n.pop(doc_id, None)
             self.parts.pop(doc_id, None)
@@ -100,13 +124,40 @@ class StoreView:
             return []
         touched = list(dict.fromkeys(i for c in changes for i in c.ids))
         self.forget(touched)
-        self.ingest(self.engine.records(touched) if touched else {})
+        records = self.engine.records(touched) if touched else {}
+        self.ingest(records)
+        if self.tokens is not None:
+            live = [i for i in touched if i in records and i in self.n]
+            self.tokens.add(live, self._stored_vectors(live))
         self.cache.seen.update(c.key for c in changes)
         self.cache.position = max(self.cache.position, max(c.seq for c in changes))
         self.cache.mark_dirty()
         if len(touched) > _SAVE_AFTER:
             self.save()
         return touched
+
+    def _token_stage(self) -> TokenIndex | None:
+        """The token-level stage, built from every stored vector the first time a query needs it (then saved)."""
+        if self.tokens is None and self._tokens_wanted and self.n:
+            started = time.perf_counter()
+            tokens = TokenIndex(self.dim)
+            ids = list(self.n)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                tokens.add(chunk, self._stored_vectors(chunk))
+            self.tokens = tokens
+            logger.info("built the token-level first stage of %s (%d documents) in %.1f s", self.path, len(ids),
+                        time.perf_counter() - started)
+            self.save()
+        return self.tokens
+
+    def _stored_vectors(self, ids: Sequence[str]) -> list[np.ndarray]:
+        packed = self.reader.packed(ids)
+        out = []
+        for doc_id in ids:
+            q, scale, _ = self.reader.unpacked(doc_id, packed[doc_id])
+            out.append(dequantize(q, scale))
+        return out
 
     def save(self) -> None:
         """Save the first stage as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
@@ -117,8 +168,11 @@ class StoreView:
             "parts": np.array([json.dumps(list(v)) for v in self.parts.values()], dtype="U4096"),
             "position": np.array(self.cache.position, dtype=np.int64),
         }
+        self._added_since_save = 0
         try:
             self.index.save(self.cache.first_stage_dir, extras)
+            if self.tokens is not None:
+                self.tokens.save(self.cache.token_stage_dir, {"position": extras["position"]})
             (self.cache.folder / "first_stage.npz").unlink(missing_ok=True)  # where 0.2 kept it
         except OSError as exc:
             logger.warning("could not save the first stage to %s: %s", self.cache.first_stage_dir, exc)

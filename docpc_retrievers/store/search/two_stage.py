@@ -22,6 +22,8 @@ __all__ = ["CANDIDATE_TOKEN_BUDGET", "Hit", "TwoStageSearch", "check_queries"]
 
 CANDIDATE_TOKEN_BUDGET = 4096
 """Query tokens x candidates scored exactly, when more than ``n_candidates`` (16 or more tokens keep 256)."""
+TOKEN_STAGE_MAX_TOKENS = 7
+"""Queries of at most this many tokens also take the token-level stage's candidates (summaries rank them poorly)."""
 SCORE_CHUNK = 1024
 """Candidates scored per matrix product (bounds memory on exhaustive scans)."""
 _RETRIES = 4
@@ -60,10 +62,12 @@ def check_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
 class TwoStageSearch:
     """Candidates from ``first_stage``, exact scores from ``source``'s int8 rows."""
 
-    def __init__(self, first_stage: CandidateIndex, source: VectorSource, n_candidates: int = 256) -> None:
+    def __init__(self, first_stage: CandidateIndex, source: VectorSource, n_candidates: int = 256, *,
+                 token_stage: Callable[[], CandidateIndex | None] | None = None) -> None:
         self.first_stage = first_stage
         self.source = source
         self.n_candidates = n_candidates
+        self.token_stage = token_stage
 
     def candidates_for(self, query: np.ndarray) -> int:
         """Candidates to score exactly for a query of ``query.shape[0]`` tokens (see the module docstring)."""
@@ -103,12 +107,20 @@ class TwoStageSearch:
             gone |= missing
         return found[:top_k]
 
+    def candidates(self, q: np.ndarray, n: int, allowed: set[str] | None) -> list[str]:
+        """The first stage's ``n`` candidates; a short query adds the token-level stage's ``n`` (when there is one)."""
+        cand = self.first_stage.top(q, n, allowed)
+        tokens = self.token_stage() if self.token_stage is not None and q.shape[0] <= TOKEN_STAGE_MAX_TOKENS else None
+        if tokens is not None:
+            cand = list(dict.fromkeys([*tokens.top(q, n, allowed), *cand]))
+        return cand
+
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
         aggregate: str,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
         """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates."""
-        cand = pool if exhaustive or len(pool) <= n_cand else self.first_stage.top(q, n_cand, allowed)
+        cand = pool if exhaustive or len(pool) <= n_cand else self.candidates(q, n_cand, allowed)
         best: list[tuple[float, str, tuple[float, ...]]] = []
         for start in range(0, len(cand), SCORE_CHUNK):
             chunk = cand[start : start + SCORE_CHUNK]

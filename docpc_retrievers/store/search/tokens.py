@@ -1,0 +1,268 @@
+"""The token-level first stage: every stored vector in a faiss IVF index, for queries too short for summaries.
+
+With a few query tokens about a popular topic, thousands of documents have a
+centroid equally close to every token, and which ten score highest is decided
+by single vectors (benchmarks/first_stage_bench.py: 16-centroid summaries keep
+0.77 of the exact top 10 at 256 candidates, this index 0.99). Each stored
+vector sits in an inverted-file index with 4-bit scalar codes (64 bytes per
+vector), labelled with its document's slot; a query token's nearest vectors
+vote for their documents by late interaction: per document, the sum over
+query tokens of its best retrieved similarity, or that token's worst
+retrieved one when none of its vectors came back.
+
+The saved index is opened as a memory map (read-only): documents added since
+go to an in-memory index sharing its trained quantizer, documents removed are
+hidden by slot; a save writes both into a new file. Needs ``faiss-cpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from docpc_retrievers.store.search.base import CandidateIndex
+
+__all__ = ["TokenIndex", "faiss_available"]
+
+logger = logging.getLogger(__name__)
+
+N_LISTS = 2048
+"""Inverted lists (k-means cells over the vectors)."""
+N_PROBE = 128
+"""Lists scanned per query token (6% of them)."""
+PER_TOKEN = 4096
+"""Nearest vectors retrieved per query token."""
+TRAIN_MIN = 40 * N_LISTS
+"""Vectors needed before the lists are trained; below that, every vector is scored exactly."""
+_VERSION = 1
+
+
+def faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class TokenIndex(CandidateIndex):
+    """Document vectors ``[n_i, dim]`` in, documents whose single vectors best match the query tokens out."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._ids: list[str] = []
+        self._slot: dict[str, int] = {}
+        self._dead: set[int] = set()
+        self._base: Any = None  # the mapped, read-only saved index
+        self._delta: Any = None  # trained, in memory: documents added since the save
+        self._pending: list[tuple[int, np.ndarray]] = []  # before training: (slot, vectors)
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def ids(self) -> list[str]:
+        return [d for d, s in self._slot.items()]
+
+    @property
+    def trained(self) -> bool:
+        return self._delta is not None
+
+    def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray]) -> None:
+        """Add or replace documents from their stored vectors (``[n_i, dim]`` float32 each)."""
+        self.remove(ids)
+        batch = []
+        for doc_id, vectors in zip(ids, summaries):
+            slot = len(self._ids)
+            self._ids.append(doc_id)
+            self._slot[doc_id] = slot
+            batch.append((slot, np.ascontiguousarray(vectors, dtype=np.float32)))
+        if self._delta is None:
+            self._pending.extend(batch)
+            if sum(len(v) for _, v in self._pending) >= TRAIN_MIN:
+                self._train()
+        elif batch:
+            self._add_to(self._delta, batch)
+
+    def remove(self, ids: Iterable[str]) -> None:
+        for doc_id in ids:
+            slot = self._slot.pop(doc_id, None)
+            if slot is not None:
+                self._dead.add(slot)
+        if self._pending and self._dead:
+            self._pending = [(s, v) for s, v in self._pending if s not in self._dead]
+
+    def _train(self) -> None:
+        import faiss
+
+        vectors = np.concatenate([v for _, v in self._pending])
+        sample = vectors[np.random.default_rng(0).permutation(len(vectors))[: 64 * N_LISTS]]
+        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(self.dim), self.dim, N_LISTS,
+                                              faiss.ScalarQuantizer.QT_4bit, faiss.METRIC_INNER_PRODUCT)
+        index.train(sample)
+        self._delta = index
+        self._add_to(index, self._pending)
+        self._pending = []
+
+    @staticmethod
+    def _add_to(index: Any, batch: Sequence[tuple[int, np.ndarray]]) -> None:
+        if batch:
+            vectors = np.concatenate([v for _, v in batch])
+            labels = np.concatenate([np.full(len(v), s, dtype=np.int64) for s, v in batch])
+            index.add_with_ids(vectors, labels)
+
+    # ----------------------------------------------------------------- search
+    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
+        """The ``n`` documents with the highest pooled token similarity for ``query [t, dim]``."""
+        if n <= 0 or not self._slot:
+            return []
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        slots = None if allowed is None else np.array([self._slot[d] for d in allowed if d in self._slot], np.int64)
+        if slots is not None and slots.size == 0:
+            return []
+        found = [self._search(index, q, slots) for index in (self._base, self._delta) if index is not None]
+        wanted = None if slots is None else set(slots.tolist())
+        pending = [(s, v) for s, v in self._pending if wanted is None or s in wanted]
+        if pending:  # untrained: every vector, exactly
+            vectors = np.concatenate([v for _, v in pending])
+            labels = np.concatenate([np.full(len(v), s, dtype=np.int64) for s, v in pending])
+            sims = q @ vectors.T
+            k = min(PER_TOKEN, sims.shape[1])
+            part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+            found.append((np.take_along_axis(sims, part, axis=1), labels[part]))
+        if not found:
+            return []
+        vals = np.concatenate([f[0] for f in found], axis=1)
+        labels = np.concatenate([f[1] for f in found], axis=1)
+        score = _pooled(vals, labels, len(self._ids), self._dead)
+        seen = np.flatnonzero(score > -np.inf)
+        best = seen[np.argsort(-score[seen], kind="stable")[:n]]
+        return [self._ids[s] for s in best]
+
+    @staticmethod
+    def _search(index: Any, q: np.ndarray, slots: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        import faiss
+
+        params = faiss.SearchParametersIVF(nprobe=N_PROBE)
+        if slots is not None:
+            params.sel = faiss.IDSelectorBatch(slots)
+        vals, labels = index.search(q, min(PER_TOKEN, max(index.ntotal, 1)), params=params)
+        return vals, labels
+
+    # ------------------------------------------------------------ persistence
+    def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
+        """Write live vectors' codes (mapped and added) into one new index file, then map it back."""
+        import faiss
+
+        if self._delta is None:  # untrained: nothing worth saving; the next open rebuilds from the vectors
+            return
+        merged = faiss.clone_index(self._delta)
+        merged.reset()
+        live = [s for s in self._slot.values()]
+        remap = np.full(len(self._ids), -1, dtype=np.int64)
+        remap[np.array(sorted(live), dtype=np.int64)] = np.arange(len(live))
+        for index in (self._base, self._delta):
+            if index is not None:
+                _copy_lists(index, merged, remap)
+        ids = [self._ids[s] for s in sorted(live)]
+        folder.mkdir(parents=True, exist_ok=True)
+        snap = folder / f"snap-{os.getpid()}-{secrets.token_hex(4)}"
+        snap.mkdir()
+        faiss.write_index(merged, str(snap / "ivf.faiss"))
+        np.save(snap / "ids.npy", np.array(ids, dtype="U64"))
+        for name, array in (extras or {}).items():
+            np.save(snap / f"x-{name}.npy", array)
+        (snap / "meta.json").write_text(json.dumps({"version": _VERSION, "dim": self.dim, "n": len(ids),
+                                                    "extras": sorted(extras or {})}))
+        tmp = folder / f".current-{os.getpid()}.json"
+        tmp.write_text(json.dumps({"snapshot": snap.name}))
+        os.replace(tmp, folder / "current.json")
+        for old in folder.glob("snap-*"):
+            if old != snap:
+                shutil.rmtree(old, ignore_errors=True)
+        self.load(folder)
+
+    def load(self, folder: Path) -> dict[str, np.ndarray] | None:
+        """Map the saved index (read-only; additions go to a fresh in-memory one); its extras, or None."""
+        import faiss
+
+        try:
+            snap = folder / json.loads((folder / "current.json").read_text())["snapshot"]
+            meta = json.loads((snap / "meta.json").read_text())
+            if meta.get("version") != _VERSION or meta.get("dim") != self.dim:
+                return None
+            ids = [str(i) for i in np.load(snap / "ids.npy").tolist()]
+            extras = {name: np.load(snap / f"x-{name}.npy") for name in meta.get("extras", [])}
+            base = faiss.read_index(str(snap / "ivf.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
+            logger.info("saved token index in %s not used (%s)", folder, exc)
+            return None
+        if len(ids) != int(meta["n"]):
+            return None
+        delta = _empty_like(base)
+        self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
+        self._base, self._delta, self._pending = base, delta, []
+        return extras
+
+
+def _empty_like(index: Any) -> Any:
+    """An empty in-memory IVF index with ``index``'s trained quantizer and codec (``index`` may be read-only)."""
+    import faiss
+
+    quantizer = faiss.IndexFlatIP(index.d)
+    centroids = faiss.rev_swig_ptr(faiss.downcast_index(index.quantizer).get_xb(), index.nlist * index.d)
+    quantizer.add(np.array(centroids, dtype=np.float32).reshape(index.nlist, index.d))
+    out = faiss.IndexIVFScalarQuantizer(quantizer, index.d, index.nlist, faiss.ScalarQuantizer.QT_4bit,
+                                        faiss.METRIC_INNER_PRODUCT)
+    out.sq = index.sq
+    out.is_trained = True
+    out.own_fields = True
+    quantizer.this.disown()
+    return out
+
+
+def _copy_lists(source: Any, target: Any, remap: np.ndarray) -> None:
+    """Append ``source``'s live entries to ``target`` list by list, labels renumbered by ``remap`` (-1: dropped)."""
+    import faiss
+
+    invlists, code_size = source.invlists, source.code_size
+    for lst in range(source.nlist):
+        size = invlists.list_size(lst)
+        if not size:
+            continue
+        labels = np.array(faiss.rev_swig_ptr(invlists.get_ids(lst), size), dtype=np.int64)
+        codes = np.array(faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size), dtype=np.uint8)
+        new = remap[labels]
+        keep = new >= 0
+        if keep.any():  # both arrays named: a pointer to a temporary would outlive it
+            kept_labels = np.ascontiguousarray(new[keep])
+            kept_codes = np.ascontiguousarray(codes.reshape(size, code_size)[keep])
+            target.invlists.add_entries(lst, len(kept_labels), faiss.swig_ptr(kept_labels), faiss.swig_ptr(kept_codes))
+    target.ntotal = sum(target.invlists.list_size(i) for i in range(target.nlist))
+
+
+def _pooled(vals: np.ndarray, labels: np.ndarray, n_slots: int, dead: set[int]) -> np.ndarray:
+    """Per slot: sum over query tokens of its best retrieved similarity, else the token's worst retrieved one.
+
+    ``vals``/``labels`` are ``[t, k]``; -inf for slots no token retrieved (or dead ones).
+    """
+    ok = labels >= 0
+    if dead:
+        ok &= ~np.isin(labels, np.fromiter(dead, dtype=np.int64))
+    floor = np.where(ok, vals, np.inf).min(axis=1)
+    floor[~np.isfinite(floor)] = 0.0
+    best = np.repeat(floor[:, None], n_slots, axis=1).astype(np.float32)
+    for t in range(len(vals)):
+        np.maximum.at(best[t], labels[t][ok[t]], vals[t][ok[t]])
+    seen = np.zeros(n_slots, dtype=bool)
+    seen[labels[ok]] = True
+    score = best.sum(axis=0)
+    score[~seen] = -np.inf
+    return score

@@ -1,0 +1,109 @@
+"""The token-level first stage: short queries take its candidates, it persists, follows other writers and deletes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.search import tokens as token_module
+from docpc_retrievers.store.search.tokens import TokenIndex
+from docpc_retrievers.store.search.two_stage import TOKEN_STAGE_MAX_TOKENS
+
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
+
+DIM = 32
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _docs(n: int, seed: int = 0) -> list[np.ndarray]:
+    """Documents sharing one popular topic: every summary looks alike, single vectors tell them apart."""
+    rng = np.random.default_rng(seed)
+    topic = _unit(rng.standard_normal(DIM))
+    return [_unit(topic + 0.8 * _unit(rng.standard_normal((40, DIM)))) for _ in range(n)]
+
+
+@pytest.fixture
+def small_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Train the inverted lists on a few thousand vectors, as a large store would on millions."""
+    monkeypatch.setattr(token_module, "N_LISTS", 16)
+    monkeypatch.setattr(token_module, "TRAIN_MIN", 2000)
+    monkeypatch.setattr(token_module, "N_PROBE", 16)  # every list: the index answers exactly
+
+
+def _ids(n: int, prefix: str = "") -> list[str]:
+    return [f"{prefix}{i:030x}".rjust(32, "0") for i in range(n)]
+
+
+def test_short_queries_take_the_token_stages_candidates_and_find_the_single_best_vector(
+    tmp_path: Path, small_lists: None
+) -> None:
+    docs, ids = _docs(120), _ids(120)
+    planted = 77
+    query = _unit(docs[planted][[3, 9]] + 0.01)  # two tokens, each close to one vector of one document
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids, docs, [{} for _ in ids])
+        view = store._view
+        assert view is not None and view.tokens is not None and view.tokens.trained
+        short = view.search.candidates(query, 4, None)
+        assert ids[planted] in short  # the token stage found it
+        assert set(view.index.top(query, 4)) <= set(short)  # the centroid candidates are kept too
+        long_query = np.concatenate([query] * (TOKEN_STAGE_MAX_TOKENS // 2 + 1))
+        assert view.search.candidates(long_query, 4, None) == view.index.top(long_query, 4)
+        hits = store.search(query, top_k=3)
+        exact = store.search(query, top_k=3, exhaustive=True)
+        assert [h.id for h in hits] == [h.id for h in exact] and hits[0].id == ids[planted]
+
+
+def test_the_token_stage_is_saved_mapped_and_follows_deletes_and_other_writers(tmp_path: Path, small_lists: None) -> None:
+    docs, ids = _docs(100, seed=1), _ids(100)
+    query = _unit(docs[10][[1, 2, 5]] + 0.01)
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids[:90], docs[:90], [{} for _ in range(90)])
+        before = [h.id for h in store.search(query, top_k=5)]
+    assert (tmp_path / "s" / "cache" / "token_stage" / "current.json").is_file()
+    with MultiVectorStore(tmp_path / "s") as reader:
+        assert [h.id for h in reader.search(query, top_k=5)] == before
+        tokens = reader._view.tokens  # type: ignore[union-attr]
+        assert tokens is not None and tokens._base is not None  # the saved index, mapped
+        with MultiVectorStore(tmp_path / "s", writable=True) as writer:  # another process in real life
+            writer.delete([ids[10]])
+            writer.add(ids[90:], docs[90:], [{} for _ in range(10)])
+        hits = [h.id for h in reader.search(query, top_k=5)]
+        assert ids[10] not in hits
+        assert ids[10] not in tokens.top(query, 200)  # hidden in the mapped index too
+        assert len(tokens) == 99 and set(tokens.ids()) == set(ids) - {ids[10]}
+        assert hits == [h.id for h in reader.search(query, top_k=5, exhaustive=True)]
+
+
+def test_a_store_without_a_saved_token_stage_builds_it_on_the_first_short_query(tmp_path: Path, small_lists: None) -> None:
+    import shutil
+
+    docs, ids = _docs(80, seed=2), _ids(80)
+    query = _unit(docs[5][[0, 7]] + 0.01)
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids, docs, [{} for _ in ids])
+        expected = [h.id for h in store.search(query, top_k=3)]
+    shutil.rmtree(tmp_path / "s" / "cache")  # a reader on another machine: nothing local
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
+        assert reader._view is None or reader._view.tokens is None
+        assert [h.id for h in reader.search(query, top_k=3)] == expected
+        assert reader._view is not None and reader._view.tokens is not None and len(reader._view.tokens) == 80
+
+
+def test_an_untrained_token_index_scores_every_vector_and_filters() -> None:
+    docs, ids = _docs(30, seed=3), _ids(30)
+    index = TokenIndex(DIM)
+    index.add(ids, docs)
+    assert not index.trained
+    query = _unit(docs[4][[2]] + 0.001)
+    assert index.top(query, 1) == [ids[4]]
+    assert index.top(query, 3, allowed={ids[1], ids[2]}) and set(index.top(query, 3, allowed={ids[1], ids[2]})) <= {ids[1], ids[2]}
+    index.remove([ids[4]])
+    assert ids[4] not in index.top(query, 30)
+    assert index.top(query, 0) == [] and index.top(query, 5, allowed=set()) == []
