@@ -232,6 +232,7 @@ def reader(args: argparse.Namespace) -> None:
                 found[name].append([h.id for h in hits])
             out[name] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000}
         out["peak_rss_mb"] = _peak_rss_mb()  # a reader's peak, before the exhaustive ground truth below
+        out.update(_rss_split_mb())  # now: the reader's own (anonymous) memory and file pages mapped from the cache
         for name, qs in queries.items():
             rec = []
             for q, ids in zip(qs, found[name]):
@@ -255,6 +256,18 @@ def _peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_split_mb() -> dict[str, float]:
+    """Resident memory now, split: anonymous (the process's own) and file-backed (mapped cache files, page cache)."""
+    out = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("RssAnon:", "RssFile:")):
+                out["rss_anon_mb" if line.startswith("RssAnon") else "rss_file_mb"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
 
 
 def _run_reader(path: Path, server: tuple[str, int] | None, phase: str) -> dict[str, Any]:
@@ -322,6 +335,9 @@ def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs
         for key, v in r["bytes_per_doc"].items():
             print(_line(f"  bytes/doc {key}", v / 1024, "KiB", "", None))
         print(_line("  reader peak memory", r["peak_rss_mb"], "MiB", "", None))
+        for key in ("rss_anon_mb", "rss_file_mb"):
+            if key in r:
+                print(_line(f"  reader memory after queries, {key[4:8]}", r[key], "MiB", "", None))
 
 
 def main() -> None:

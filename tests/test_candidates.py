@@ -129,7 +129,9 @@ def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
 
 def test_queries_with_fewer_tokens_keep_more_candidates(tmp_path) -> None:  # type: ignore[no-untyped-def]
     search = TwoStageSearch(CentroidIndex(16, DIM), None, n_candidates=256)  # type: ignore[arg-type]
-    counts = {t: search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in (1, 10, 16, 24, 40)}
-    assert counts[16] == counts[24] == counts[40] == 256
-    assert counts[10] == CANDIDATE_TOKEN_BUDGET // 10 > 256
-    assert counts[1] == 4 * 256
+    tokens = (1, 4, 10, 16, 24, 40, 64, 100, 400)
+    counts = [search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in tokens]
+    assert counts == sorted(counts, reverse=True)  # fewer tokens, more candidates
+    assert counts[0] == 4 * 256 and counts[-1] == 256  # within [n_candidates, 4 x n_candidates]
+    for t, n in zip(tokens, counts):
+        assert n == min(4 * 256, max(256, CANDIDATE_TOKEN_BUDGET // t))

@@ -16,6 +16,7 @@ Three entry points, all numpy float32:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -185,13 +186,17 @@ def maxsim_half(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarra
     return best.float().sum(dim=1).numpy()
 
 
-def maxsim_int8(query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+def maxsim_int8(
+    query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths: Sequence[int], *, dtype: Any = None
+) -> np.ndarray:
     """Exact MaxSim of one query ``[T, dim]`` against int8 documents stored with one scale per row.
 
     ``rows`` is int8 ``[N, dim]`` (documents' rows one after another), ``scales``
     float ``[N]`` and ``lengths`` how many rows each document has. Each row's
     dot products are its int8 products times its scale, so nothing is
-    dequantised in memory; the product runs in float32 with torch.
+    dequantised in memory; the product runs in float32 with torch (``dtype``:
+    another torch dtype, e.g. bfloat16 for a fast approximate pass: int8 values
+    are exact in bfloat16, the query is rounded to 3 significant digits).
     Returns ``[len(lengths)]`` float32.
     """
     import torch
@@ -200,9 +205,10 @@ def maxsim_int8(query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths
         return np.zeros(0, dtype=np.float32)
     if min(lengths) < 1 or sum(lengths) != rows.shape[0]:
         raise ValueError("lengths must be >= 1 and add up to the number of rows")
-    q = torch.from_numpy(_as_matrix(query, "query"))
-    d = torch.from_numpy(np.ascontiguousarray(rows)).float()
-    sims = (d @ q.T) * torch.from_numpy(np.asarray(scales, dtype=np.float32))[:, None]  # [N, T]
+    dtype = torch.float32 if dtype is None else dtype
+    q = torch.from_numpy(_as_matrix(query, "query")).to(dtype)
+    d = torch.from_numpy(np.ascontiguousarray(rows)).to(dtype)
+    sims = (d @ q.T).float() * torch.from_numpy(np.asarray(scales, dtype=np.float32))[:, None]  # [N, T]
     if len(set(lengths)) == 1:
         best = sims.view(len(lengths), lengths[0], q.shape[0]).amax(dim=1)
     else:
