@@ -207,6 +207,11 @@ def reader(args: argparse.Namespace) -> None:
     server = (args.host, args.port) if args.host else None
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
+    import chromadb  # noqa: F401  (libraries first: their import time is the same for any store)
+    import torch  # noqa: F401
+
+    out["imports_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     store = _open(path, server)
     store.count()
     out["open_s"] = time.perf_counter() - t0
@@ -287,6 +292,7 @@ def scale(args: argparse.Namespace, server: tuple[str, int] | None) -> dict[str,
         # A reader process on the machine that wrote (its cache filled by the writes).
         searched = _run_reader(tmp / "store", server, "search")
         result["cold_open_cached_s"] = searched.pop("open_s")
+        result["imports_s"] = searched.pop("imports_s")
         result.update(searched)
         # A reader on another machine: nothing local, everything from Chroma, cache filled as it goes.
         shutil.rmtree(tmp / "store" / "cache", ignore_errors=True)
@@ -323,7 +329,9 @@ def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs
         p50_target, p90_target = (100, None) if docs <= 10_000 else (150, 300)
         print(f"scale ({where}): {docs} documents")
         print(_line("  insert", r["insert_docs_per_s"], "docs/s", "(target >= 50)", r["insert_docs_per_s"] >= 50))
-        print(_line("  cold open (local cache)", r["cold_open_cached_s"], "s", "(target <= 5)", r["cold_open_cached_s"] <= 5))
+        print(_line("  cold open (local cache)", r["cold_open_cached_s"], "s", "(target <= 1)", r["cold_open_cached_s"] <= 1))
+        if "imports_s" in r:
+            print(_line("  (before it: importing chromadb, torch)", r["imports_s"], "s", "", None))
         print(_line("  cold open (Chroma alone)", r["cold_open_from_chroma_s"], "s", "", None))
         print(_line("  first queries, empty cache, p50", r["cold_query_p50_ms"], "ms", "", None))
         for name in [k for k in r if isinstance(r[k], dict) and "recall10" in r[k]]:
