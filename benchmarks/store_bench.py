@@ -305,9 +305,103 @@ def scale(args: argparse.Namespace, server: tuple[str, int] | None) -> dict[str,
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def peers(args: argparse.Namespace) -> dict[str, Any]:
+    """Part 3: other multi-vector engines on the same vectors and queries, exact float32 MaxSim as the truth.
+
+    LanceDB's multivector table (flat: exact MaxSim in its engine; and with its IVF-PQ index) beside this
+    store. Each row: insert rate, p50/p90 (query encoding excluded), recall@10, bytes per document on disk.
+    fast-plaid is left out: its wheels are built for torch <= 2.11 (this project runs 2.13).
+    """
+    import torch
+
+    corpus = SyntheticCorpus(seed=args.seed + 2, skew=args.skew)
+    docs = [corpus.document(args.vectors) for _ in range(args.peer_docs)]
+    step = max(1, len(docs) // args.queries)
+    made = corpus.query_sets([docs[i] for i in range(step // 2, len(docs), step)][: args.queries])
+    sets = {name: qs for name, qs in made.items() if name not in SET_FILTERS}
+    flat = torch.from_numpy(np.concatenate(docs))
+    n, v = len(docs), args.vectors
+    truth = {name: [set(torch.topk((torch.from_numpy(q) @ flat.T).view(len(q), n, v).amax(2).sum(0), 10).indices.tolist())
+                    for q in qs] for name, qs in sets.items()}
+    out: dict[str, Any] = {"documents": n, "queries_per_set": args.queries}
+
+    def measure(search: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for name, qs in sets.items():
+            lat, rec = [], []
+            for q, t in zip(qs, truth[name]):
+                t0 = time.perf_counter()
+                got = search(q)
+                lat.append(time.perf_counter() - t0)
+                rec.append(len(t & set(got)) / 10)
+            row[name] = {"p50_ms": statistics.median(lat) * 1e3, "p90_ms": float(np.percentile(lat, 90)) * 1e3,
+                         "recall10": statistics.mean(rec)}
+        return row
+
+    with tempfile.TemporaryDirectory(prefix="docpc-peers-", dir=args.workdir) as tmp:
+        store = MultiVectorStore(Path(tmp) / "docpc", writable=True)
+        t0 = time.perf_counter()
+        for s in range(0, n, args.batch):
+            store.add([f"{i:032x}" for i in range(s, min(n, s + args.batch))], docs[s : s + args.batch],
+                      [{} for _ in docs[s : s + args.batch]])
+        row = {"insert_docs_per_s": n / (time.perf_counter() - t0)}
+        store.close()
+        store = MultiVectorStore(Path(tmp) / "docpc")
+        store.search(sets["usual"][0], 10)
+        row.update(measure(lambda q: [int(h.id, 16) for h in store.search(q, 10)]))
+        store.close()
+        row["bytes_per_doc"] = _bytes(Path(tmp) / "docpc") / n
+        out["docpc-retrievers (embedded)"] = row
+        try:
+            import lancedb
+            import pyarrow as pa
+        except ImportError:
+            out["lancedb"] = "not installed (pip install 'docpc-retrievers[bench]')"
+            return out
+        db = lancedb.connect(str(Path(tmp) / "lance"))
+        kind = pa.list_(pa.list_(pa.float32(), DIM))
+        table = db.create_table("docs", schema=pa.schema([pa.field("id", pa.int64()), pa.field("vector", kind)]))
+        t0 = time.perf_counter()
+        for s in range(0, n, args.batch):
+            chunk = docs[s : s + args.batch]
+            rows = pa.FixedSizeListArray.from_arrays(pa.array(np.concatenate(chunk).ravel()), DIM)
+            offsets = pa.array(np.concatenate([[0], np.cumsum([len(c) for c in chunk])]).astype(np.int32))
+            table.add(pa.table({"id": pa.array(range(s, s + len(chunk)), pa.int64()),
+                                "vector": pa.ListArray.from_arrays(offsets, rows).cast(kind)}))
+        row = {"insert_docs_per_s": n / (time.perf_counter() - t0)}
+        row.update(measure(lambda q: table.search(q).limit(10).to_arrow()["id"].to_pylist()))
+        row["bytes_per_doc"] = _bytes(Path(tmp) / "lance") / n
+        out["lancedb multivector, flat"] = row
+        t0 = time.perf_counter()
+        table.create_index(metric="cosine", vector_column_name="vector")
+        row = {"index_build_s": time.perf_counter() - t0}
+        row.update(measure(lambda q: table.search(q).limit(10).to_arrow()["id"].to_pylist()))
+        row["bytes_per_doc"] = _bytes(Path(tmp) / "lance") / n
+        out["lancedb multivector, IVF-PQ index"] = row
+    return out
+
+
+def _bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
 def _line(label: str, value: float, unit: str, target: str, ok: bool | None) -> str:
     verdict = "" if ok is None else ("OK" if ok else "MISS")
     return f"{label:<34}{value:>12.3f} {unit:<8}{target:<22}{verdict}"
+
+
+def report_peers(result: dict[str, Any]) -> None:
+    print(f"peers: {result['documents']} documents, {result['queries_per_set']} queries per set, truth = exact float32 MaxSim")
+    for system, row in result.items():
+        if not isinstance(row, dict):
+            if isinstance(row, str):
+                print(f"  {system}: {row}")
+            continue
+        head = ", ".join(f"{k} {row[k]:.1f}" for k in ("insert_docs_per_s", "index_build_s", "bytes_per_doc") if k in row)
+        print(f"  {system}: {head}")
+        for name, s in row.items():
+            if isinstance(s, dict):
+                print(f"    {name:<8} p50 {s['p50_ms']:8.1f} ms  p90 {s['p90_ms']:8.1f} ms  recall@10 {s['recall10']:.3f}")
 
 
 def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs: int) -> None:
@@ -370,6 +464,8 @@ def main() -> None:
         help="Zipf skew of topic popularity (0: the original uniform generator; 1.1: popular topics shared by many "
         "documents, plus query sets drawn around topics, short, long and 5%%/0.5%% filtered)",
     )
+    ap.add_argument("--peers", action="store_true", help="also run other engines on the same vectors (the [bench] extra)")
+    ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")
     ap.add_argument("--reader", help=argparse.SUPPRESS)
     ap.add_argument("--phase", default="search", help=argparse.SUPPRESS)
     ap.add_argument("--host", help=argparse.SUPPRESS)
@@ -390,8 +486,11 @@ def main() -> None:
             with chroma_server(Path(tempfile.mkdtemp(prefix="docpc-bench-server-", dir=args.workdir))) as srv:
                 runs["chroma run"] = scale(args, (srv.host, srv.port))
     report(quality, runs, args.docs)
+    peer = peers(args) if args.peers else None
+    if peer:
+        report_peers(peer)
     if args.json:
-        args.json.write_text(json.dumps({"compaction": quality, "scale": runs, "docs": args.docs}, indent=2))
+        args.json.write_text(json.dumps({"compaction": quality, "scale": runs, "docs": args.docs, "peers": peer}, indent=2))
 
 
 if __name__ == "__main__":
