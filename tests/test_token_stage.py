@@ -109,3 +109,22 @@ def test_an_untrained_token_index_scores_every_vector_and_filters() -> None:
     index.remove([ids[4]])
     assert ids[4] not in index.top(query, 30)
     assert index.top(query, 0) == [] and index.top(query, 5, allowed=set()) == []
+
+
+def test_the_bfloat16_pass_keeps_the_exact_top_and_returns_float32_scores(tmp_path: Path) -> None:
+    """200 candidates > the 64 the exact pass scores: the bfloat16 shortlist must still hold the exact top 10."""
+    from docpc_retrievers.store.codec import dequantize, quantize
+
+    rng = np.random.default_rng(4)
+    docs = [_unit(rng.standard_normal((30, DIM))) for _ in range(200)]
+    ids = _ids(200)
+    stored = [dequantize(*quantize(d)) for d in docs]
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=256) as store:
+        store.add(ids, docs, [{} for _ in ids])
+        for seed in range(5):
+            query = _unit(np.random.default_rng(100 + seed).standard_normal((12, DIM)))
+            exact = np.array([(query @ d.T).max(axis=1).sum() for d in stored], dtype=np.float64)
+            order = np.argsort(-exact)[:10]
+            hits = store.search(query, top_k=10)
+            assert [h.id for h in hits] == [ids[i] for i in order]
+            np.testing.assert_allclose([h.score for h in hits], exact[order], rtol=1e-5)
