@@ -9,7 +9,7 @@ import pytest
 
 from docpc_retrievers.store.search import centroids as candidates
 from docpc_retrievers.store.search.centroids import CentroidIndex, coarsen, document_centroids
-from docpc_retrievers.store.search.two_stage import CANDIDATE_TOKEN_BUDGET, TwoStageSearch
+from docpc_retrievers.store.search.two_stage import CANDIDATE_TOKEN_BUDGET, MAX_CANDIDATE_FACTOR, TwoStageSearch
 
 DIM = 32
 
@@ -132,6 +132,6 @@ def test_queries_with_fewer_tokens_keep_more_candidates(tmp_path) -> None:  # ty
     tokens = (1, 4, 10, 16, 24, 40, 64, 100, 400)
     counts = [search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in tokens]
     assert counts == sorted(counts, reverse=True)  # fewer tokens, more candidates
-    assert counts[0] == 4 * 256 and counts[-1] == 256  # within [n_candidates, 4 x n_candidates]
+    assert counts[0] == MAX_CANDIDATE_FACTOR * 256 and counts[-1] == 256  # within [n_candidates, factor x n_candidates]
     for t, n in zip(tokens, counts):
-        assert n == min(4 * 256, max(256, CANDIDATE_TOKEN_BUDGET // t))
+        assert n == min(MAX_CANDIDATE_FACTOR * 256, max(256, CANDIDATE_TOKEN_BUDGET // t))
