@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
-import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -35,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from docpc_retrievers.store.search.base import CandidateIndex
+from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot, read_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -176,16 +174,9 @@ class CentroidIndex(CandidateIndex):
 
     # ------------------------------------------------------------- persistence
     def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
-        """Write the live summaries as raw files under ``folder`` and map them back in place of memory.
-
-        A new snapshot folder is written and then named in ``folder/current.json`` (an atomic
-        rename), so a reader opening meanwhile sees the old snapshot or the new one, never half;
-        older snapshots are removed (a process that mapped one keeps its pages until it closes).
-        """
+        """Write the live summaries as a snapshot under ``folder`` (see snapshot.py) and map them back."""
         self._consolidate()
-        folder.mkdir(parents=True, exist_ok=True)
-        snap = folder / f"snap-{os.getpid()}-{secrets.token_hex(4)}"
-        snap.mkdir()
+        snap = new_snapshot(folder)
         rows = np.flatnonzero(self._live)
         dtype = _dtype_name(compute_dtype())
         for level, width in (("fine", self.n_centroids), ("coarse", self.coarse_width)):
@@ -194,38 +185,23 @@ class CentroidIndex(CandidateIndex):
                 out[c] = _storage(self._gather(level, c, rows))
             out.flush()
             del out
-        np.save(snap / "ids.npy", np.array([self._ids[i] for i in rows], dtype="U64"))
-        for name, array in (extras or {}).items():
-            np.save(snap / f"x-{name}.npy", array)
-        meta = {"version": _SNAPSHOT_VERSION, "n": int(rows.size), "n_centroids": self.n_centroids,
-                "coarse_width": self.coarse_width, "dim": self.dim, "dtype": dtype, "extras": sorted(extras or {})}
-        (snap / "meta.json").write_text(json.dumps(meta))
-        tmp = folder / f".current-{os.getpid()}.json"
-        tmp.write_text(json.dumps({"snapshot": snap.name}))
-        os.replace(tmp, folder / "current.json")
-        for old in folder.glob("snap-*"):
-            if old != snap:
-                shutil.rmtree(old, ignore_errors=True)
+        publish_snapshot(snap, [self._ids[i] for i in rows], {"version": _SNAPSHOT_VERSION, "dtype": dtype,
+                         "n_centroids": self.n_centroids, "coarse_width": self.coarse_width, "dim": self.dim}, extras)
         self.load(folder)
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
         """Map the saved snapshot (nothing is read until a query touches it); its extras, or None."""
         try:
-            snap = folder / json.loads((folder / "current.json").read_text())["snapshot"]
-            meta = json.loads((snap / "meta.json").read_text())
-            n = int(meta["n"])
+            snap, meta, ids, extras = read_snapshot(folder)
             if meta.get("version") != _SNAPSHOT_VERSION or (meta["n_centroids"], meta["coarse_width"], meta["dim"]) != (
                 self.n_centroids, self.coarse_width, self.dim
             ):
                 return None
-            ids = [str(i) for i in np.load(snap / "ids.npy").tolist()]
-            extras = {name: np.load(snap / f"x-{name}.npy") for name in meta.get("extras", [])}
+            n = len(ids)
             levels = [_mapped(snap / f"{lv}.bin", meta["dtype"], (w, n, self.dim))
                       for lv, w in (("fine", self.n_centroids), ("coarse", self.coarse_width))]
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
             logger.info("saved first stage in %s not used (%s)", folder, exc)
-            return None
-        if len(ids) != n:
             return None
         self._ids, self._slot = ids, {d: i for i, d in enumerate(ids)}
         self._live = np.ones(n, dtype=bool)

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from docpc_retrievers.store.search.base import CandidateIndex
+from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot, read_snapshot
 
 __all__ = ["TokenIndex", "faiss_available"]
 
@@ -69,7 +67,7 @@ class TokenIndex(CandidateIndex):
         return len(self._slot)
 
     def ids(self) -> list[str]:
-        return [d for d, s in self._slot.items()]
+        return list(self._slot)
 
     @property
     def trained(self) -> bool:
@@ -165,28 +163,15 @@ class TokenIndex(CandidateIndex):
             return
         merged = faiss.clone_index(self._delta)
         merged.reset()
-        live = [s for s in self._slot.values()]
+        live = list(self._slot.values())
         remap = np.full(len(self._ids), -1, dtype=np.int64)
         remap[np.array(sorted(live), dtype=np.int64)] = np.arange(len(live))
         for index in (self._base, self._delta):
             if index is not None:
                 _copy_lists(index, merged, remap)
-        ids = [self._ids[s] for s in sorted(live)]
-        folder.mkdir(parents=True, exist_ok=True)
-        snap = folder / f"snap-{os.getpid()}-{secrets.token_hex(4)}"
-        snap.mkdir()
+        snap = new_snapshot(folder)
         faiss.write_index(merged, str(snap / "ivf.faiss"))
-        np.save(snap / "ids.npy", np.array(ids, dtype="U64"))
-        for name, array in (extras or {}).items():
-            np.save(snap / f"x-{name}.npy", array)
-        (snap / "meta.json").write_text(json.dumps({"version": _VERSION, "dim": self.dim, "n": len(ids),
-                                                    "extras": sorted(extras or {})}))
-        tmp = folder / f".current-{os.getpid()}.json"
-        tmp.write_text(json.dumps({"snapshot": snap.name}))
-        os.replace(tmp, folder / "current.json")
-        for old in folder.glob("snap-*"):
-            if old != snap:
-                shutil.rmtree(old, ignore_errors=True)
+        publish_snapshot(snap, [self._ids[s] for s in sorted(live)], {"version": _VERSION, "dim": self.dim}, extras)
         self.load(folder)
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
@@ -194,21 +179,15 @@ class TokenIndex(CandidateIndex):
         import faiss
 
         try:
-            snap = folder / json.loads((folder / "current.json").read_text())["snapshot"]
-            meta = json.loads((snap / "meta.json").read_text())
+            snap, meta, ids, extras = read_snapshot(folder)
             if meta.get("version") != _VERSION or meta.get("dim") != self.dim:
                 return None
-            ids = [str(i) for i in np.load(snap / "ids.npy").tolist()]
-            extras = {name: np.load(snap / f"x-{name}.npy") for name in meta.get("extras", [])}
             base = faiss.read_index(str(snap / "ivf.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
             logger.info("saved token index in %s not used (%s)", folder, exc)
             return None
-        if len(ids) != int(meta["n"]):
-            return None
-        delta = _empty_like(base)
         self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
-        self._base, self._delta, self._pending = base, delta, []
+        self._base, self._delta, self._pending = base, _empty_like(base), []
         return extras
 
 
