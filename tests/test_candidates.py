@@ -64,7 +64,7 @@ def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: 
     assert "planted" not in index.top(query, 10)
 
 
-def test_removed_documents_never_come_back_after_a_save() -> None:
+def test_removed_documents_are_never_returned() -> None:
     index, _ = _index(3000)
     index.remove([f"d{i}" for i in range(2500)])
     query = _unit(np.random.default_rng(4).standard_normal((4, DIM)))
