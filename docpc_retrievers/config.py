@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE, grid_shape
@@ -33,6 +33,7 @@ __all__ = [
     "IndexSettings",
     "RerankSettings",
     "SearchOptions",
+    "with_previews",
 ]
 
 #: PDFs larger than this are refused (each one fails on its own; the batch goes on).
@@ -148,7 +149,9 @@ class IndexSettings:
     centres each page on a white ``page_size`` canvas, as a grid centres pages
     in its cells, so a page and a grid of the same size become the same number
     of visual tokens and cost the same to encode. ``pool_factor`` pools each
-    image's vectors before storage (1: off).
+    image's vectors before storage (1: off). ``grid_previews=False`` keeps no
+    grid image per document (about a quarter of a store's bytes); one asked
+    for is composed again from its PDF.
     """
 
     strategy: str = "first"
@@ -160,6 +163,7 @@ class IndexSettings:
     page_size: tuple[int, int] = DEFAULT_PAGE_SIZE
     pool_factor: int = DEFAULT_POOL_FACTOR
     page_canvas: bool = True
+    grid_previews: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.pool_factor, bool) or operator.index(self.pool_factor) < 1:
@@ -195,6 +199,8 @@ class IndexSettings:
         out["page_size"] = list(self.page_size)  # page mode, and full-resolution pages for reranking
         out["pool_factor"] = self.pool_factor
         out["page_canvas"] = self.page_canvas
+        if not self.grid_previews:  # recorded only when off, so stores from before the option compare equal
+            out["grid_previews"] = False
         return out
 
     @classmethod
@@ -213,7 +219,20 @@ class IndexSettings:
             pool_factor=int(data.get("pool_factor", 1)),  # recorded by every store since 0.2; 0.1 stores had none
             # page-mode stores before 0.2 encoded bare pages; grid stores only rerank with it, at query time
             page_canvas=bool(data.get("page_canvas", data.get("mode", "grid") != "page")),
+            grid_previews=bool(data.get("grid_previews", True)),
         )
+
+
+def with_previews(settings: IndexSettings | None, recorded: Mapping[str, Any] | None,
+                  store_grids: bool | None) -> IndexSettings | None:
+    """``settings`` (or the recorded ones) with ``grid_previews=store_grids``; unchanged when ``store_grids`` is None.
+
+    Folding the option into the settings makes a store recorded otherwise refuse it by name.
+    """
+    if store_grids is None:
+        return settings
+    base = settings or (IndexSettings.from_dict(recorded) if recorded else IndexSettings())
+    return replace(base, grid_previews=store_grids)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from PIL import Image
 
 from docpc_retrievers import catalog
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, DEFAULT_PAGE_SIZE, DEFAULT_TOP_K, MODES
-from docpc_retrievers.config import EncoderOptions, IndexSettings, SearchOptions
+from docpc_retrievers.config import EncoderOptions, IndexSettings, SearchOptions, with_previews
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.documents.represent import compose_pdf, render_source_pages
 from docpc_retrievers.documents.user_metadata import UserMetadata
@@ -39,7 +39,7 @@ class DocPCIndex:
 
     The encoder loads on first use, from the store's model unless ``model``/``encoder`` is given
     (another raises :class:`ModelMismatchError`); ``encoder_kwargs`` configure it. ``path=None``: a
-    temporary store; ``host``/``port``: records on a Chroma server; ``store_grids=False``: no previews.
+    temporary store; ``host``/``port``: a Chroma server; ``store_grids``: ``settings.grid_previews`` (None: recorded).
     """
 
     def __init__(
@@ -54,7 +54,7 @@ class DocPCIndex:
         port: int = 8000,
         collection: str = "docpc",
         encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
-        store_grids: bool = True,
+        store_grids: bool | None = None,
     ) -> None:
         self._encoders = EncoderLoader(
             encoder=encoder, model=model, options=encoder_kwargs,
@@ -68,6 +68,7 @@ class DocPCIndex:
         self._store = MultiVectorStore(self.path, host=host, port=port, collection=collection, writable=writable)
         try:
             recorded = self._store.settings.get("index")
+            settings = with_previews(settings, recorded, store_grids)
             if settings is not None and recorded:
                 self._store.check_settings(settings.to_dict(), section="index")
             if encoder is not None:
@@ -76,7 +77,7 @@ class DocPCIndex:
             self._store.close()
             raise
         self.settings: IndexSettings = settings or (IndexSettings.from_dict(recorded) if recorded else IndexSettings())
-        self.grids = GridImageStore(self._store, self.settings, store_grids=store_grids)
+        self.grids = GridImageStore(self._store, self.settings, store_grids=self.settings.grid_previews)
         self._indexer = Indexer(self._store, self.grids, self.settings, lambda: self.encoder)
         self.explainer = Explainer(self._store, self.grids, self.settings, lambda: self.encoder)
         self._searcher = Searcher(self._store, self.layout, self.settings, lambda: self.encoder, self.explainer)
@@ -202,8 +203,7 @@ class DocPCIndex:
 
     def text(self, doc_id: str) -> str:
         """The text layer of the document's selected pages, as indexed."""
-        self.metadata(doc_id)
-        return self._store.texts([doc_id]).get(doc_id, "")
+        return self._store.texts([doc_id]).get(doc_id, "") if self.metadata(doc_id) is not None else ""
 
     def grid_image(self, doc_id: str) -> Image.Image:
         """The composed grid image stored for a document."""

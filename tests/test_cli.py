@@ -93,7 +93,7 @@ def runs(
     """The independent acceptance commands, run in parallel: two phases (deletes, then everything else)."""
     work = tmp_path_factory.mktemp("cli_runs")
     main = corpus_store.path
-    names = ("rerun", "password", "delete_id", "delete_path", "strategy_change")
+    names = ("rerun", "password", "delete_id", "delete_path", "strategy_change", "pool_change")
     stores = {name: copy_store(main, work / "stores" / name) for name in names}
     new_pdf = make_pdf(work / "new" / "brand-new.pdf", "a brand new document")
     not_a_store = work / "not-a-store"
@@ -128,6 +128,11 @@ def runs(
             "missing_model_index": ("index", new_pdf, "--store", work / "fresh", "--model", missing_model),
             "other_model_search": ("search", "anything", "--store", main, "--model", other_checkpoint),
             "strategy_change": ("index", new_pdf, "--store", stores["strategy_change"], "--strategy", "uniform"),
+            "pool_change": ("index", new_pdf, "--store", stores["pool_change"], "--no-grids", "--pool-factor", "3"),
+            "pool3_nogrids": (
+                "index", new_pdf, "--store", work / "pool3", "--model", tiny_checkpoint, "--pool-factor", "3",
+                "--no-grids", "--json",
+            ),
             "workers2": (
                 "index", CORPUS, "--store", work / "workers2", "--model", tiny_checkpoint, "--workers", "2", "--json",
             ),
@@ -135,6 +140,8 @@ def runs(
         work / "logs2",
     )
     results["search_workers2"] = run_docpc("search", "anything", "--store", work / "workers2", "--top-k", "100", "--json")
+    results["info_pool3"] = run_docpc("info", "--store", work / "pool3", "--json")
+    results["info_pool3_text"] = run_docpc("info", "--store", work / "pool3")
     # Run after the parallel phase: it must find nothing left to delete.
     results["delete_path_again"] = run_docpc(
         "delete", relative_minimal, "--store", stores["delete_path"], cwd=CORPUS
@@ -332,6 +339,30 @@ def test_index_with_a_different_strategy_exits_1(runs: Runs) -> None:
     _assert_clean_error(run, 1)
     assert "strategy" in run.stderr
     assert _count(runs.stores["strategy_change"]) == CORPUS_INDEXABLE
+
+
+def test_pool_factor_and_no_grids_are_recorded_and_shown_by_info(runs: Runs, corpus_store: CorpusStore) -> None:
+    made = runs["pool3_nogrids"]
+    assert made.returncode == 0, made.describe()
+    assert made.json()["indexed"] == 1
+    info = runs["info_pool3"].json()
+    assert info["pool_factor"] == 3 and info["grid_previews"] is False
+    assert info["bytes_grid_images"] == 0
+    text = runs["info_pool3_text"]
+    assert text.returncode == 0, text.describe()
+    assert "pool factor 3" in text.stdout and "no grid previews" in text.stdout
+    main = runs["info"].json()  # the default store: factor 2, previews kept
+    assert main["pool_factor"] == 2 and main["grid_previews"] is True and main["bytes_grid_images"] > 0
+    with DocPCIndex(runs.work / "pool3") as index:
+        assert index.settings.pool_factor == 3 and not index.settings.grid_previews
+        assert not index.grids.store_grids
+
+
+def test_pool_factor_or_no_grids_on_a_store_built_otherwise_exits_1_naming_them(runs: Runs) -> None:
+    run = runs["pool_change"]
+    _assert_clean_error(run, 1)
+    assert "pool_factor" in run.stderr and "grid_previews" in run.stderr
+    assert _count(runs.stores["pool_change"]) == CORPUS_INDEXABLE
 
 
 # --------------------------------------------------------------------------- usage errors (exit 2)

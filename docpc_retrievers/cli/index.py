@@ -56,6 +56,15 @@ def register(sub: Any) -> None:
     p.add_argument("--grid", type=grid_shape_arg, help="explicit grid shape ROWSxCOLS (default: from --pages)")
     p.add_argument("--seed", type=int, help="seed for the random and cluster strategies (default 0)")
     p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
+    p.add_argument(
+        "--pool-factor", type=positive_int,
+        help="keep about 1/N of each image's vectors, pooled (new stores; default 2, 1: no pooling)",
+    )
+    p.add_argument(
+        "--no-grids", action="store_true", default=None,
+        help="keep no grid preview per document (new stores; about a quarter of the bytes; a preview asked "
+        "for is composed again from its PDF)",
+    )
     p.add_argument("--password", help="password for encrypted PDFs")
     p.add_argument(
         "--commit-every", type=positive_int, default=8,
@@ -94,7 +103,9 @@ def _settings(args: argparse.Namespace) -> Any:
     from docpc_retrievers.config import IndexSettings
     from docpc_retrievers.store.layout import StoreLayout
 
-    given = {k: getattr(args, k) for k in ("mode", "strategy", "grid", "seed") if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in ("mode", "strategy", "grid", "seed", "pool_factor") if getattr(args, k) is not None}
+    if args.no_grids:
+        given["grid_previews"] = False
     if args.pages is not None:
         given["pages"] = args.pages or None  # 0 stands for every page
     recorded = StoreLayout.at(args.store).recorded_settings().get("index")

@@ -99,7 +99,8 @@ def info_text(info: dict[str, Any]) -> str:
          + (f", {info['max_num_visual_tokens']} visual tokens" if info.get("max_num_visual_tokens") else "")),
         ("mode", f"{info.get('mode')}: {info.get('strategy')} {info.get('pages') or 'all'} pages"
          + (f", grid {info['grid']} of {_pair(info.get('cell_size'))} px cells" if info.get("grid") else "")
-         + (f", pool factor {info['pool_factor']}" if info.get("pool_factor") else "")),
+         + (f", pool factor {info['pool_factor']}" if info.get("pool_factor") else "")
+         + {True: ", grid previews kept", False: ", no grid previews (--no-grids)", None: ""}[info.get("grid_previews")]),
         ("on disk", f"{_size(info.get('bytes_on_disk'))} ({_size(per_doc.get('on_disk'))} per document; "
          f"cache {_size(info.get('bytes_cache'))}, grid previews {_size(info.get('bytes_grid_images'))})"),
         ("page cache", f"{info.get('page_cache_pages', 0)} pages, {_size(info.get('page_cache_bytes'))}"),
