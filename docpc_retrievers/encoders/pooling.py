@@ -22,6 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from docpc_retrievers.blas_threads import single_blas_thread
+
 __all__ = ["pool_vectors", "ward_labels"]
 
 
@@ -74,7 +76,8 @@ def pool_vectors(vectors: np.ndarray, pool_factor: int) -> tuple[np.ndarray, np.
         raise ValueError(f"pool_factor must be >= 1, got {pool_factor}")
     if pool_factor == 1 or x.shape[0] < 2:
         return x, None
-    labels = ward_labels(x, max(x.shape[0] // pool_factor, 1))
+    with single_blas_thread():  # images are pooled on several threads at once: small products, one thread each
+        labels = ward_labels(x, max(x.shape[0] // pool_factor, 1))
     order = np.argsort(labels, kind="stable")
     counts = np.bincount(labels)
     present = np.flatnonzero(counts)  # fcluster may leave an id unused

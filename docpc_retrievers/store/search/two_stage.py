@@ -14,11 +14,11 @@ about popular topics needed 768 candidates to hold 0.99 of the exact top 10
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.blas_threads import single_blas_thread
 from docpc_retrievers.store.search.base import CandidateIndex, VectorSource
 from docpc_retrievers.store.search.exact import exact_scores
 
@@ -39,25 +39,6 @@ _RETRIES = 4
 
 Hit = tuple[str, float, dict[str, Any], tuple[float, ...]]
 """A result: document id, exact score, public metadata, part scores."""
-
-_BLAS: Any = None
-
-
-@contextmanager
-def single_blas_thread() -> Iterator[None]:
-    """Keep numpy's OpenBLAS to one thread while torch does a search's heavy products.
-
-    OpenBLAS threads spin after each call and fight torch's OpenMP threads for
-    the cores; on the 2-core machine that made search 1.25x slower.
-    """
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = ThreadpoolController()
-    with _BLAS.limit(limits=1, user_api="blas"):
-        yield
-
 
 def check_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     """Queries as float32 ``[n_tokens, dim]`` matrices; ValueError for an empty or misshapen one."""
