@@ -15,11 +15,17 @@ cache, grid previews inside Chroma's payload). Variants:
 * ``no-grids``: no previews (``--no-grids``);
 * ``pool3``: pool factor 3.
 
+``--before REF`` adds a first row: the default variant run by the code of git
+ref ``REF`` (checked out into a temporary worktree, run in a subprocess), so
+before and after are measured in one run on the same machine. Every file is
+read once and a few are indexed before the first timed row, so no row pays for
+a cold page cache or the first model load.
+
 A folder of long real manuals: Debian's TeX Live documentation
 (``apt-get install texlive-latex-base-doc texlive-latex-recommended-doc``,
 464 PDFs, about 15,000 pages, under ``/usr/share/doc/texlive-doc``)::
 
-    .venv/bin/python benchmarks/write_path_bench.py --corpus /usr/share/doc/texlive-doc
+    .venv/bin/python benchmarks/write_path_bench.py --corpus /usr/share/doc/texlive-doc --before 9b7d5e2
     .venv/bin/python benchmarks/write_path_bench.py --corpus ../shared/corpus/py-pdf-sample-files --variants default,workers0
 """
 
@@ -29,6 +35,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -92,19 +100,61 @@ def run_variant(name: str, corpus: Path, checkpoint: Path, work: Path) -> dict[s
     }
 
 
+def _before(ref: str, corpus: Path, checkpoint: Path, work: Path) -> dict[str, Any]:
+    """The default variant run by the code of git ref ``ref``, in a subprocess on a temporary worktree."""
+    repo = Path(__file__).resolve().parents[1]
+    tree = work / "before-tree"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-f", str(tree), ref], check=True,
+                   capture_output=True)
+    try:
+        out = work / "before.json"
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        subprocess.run([sys.executable, __file__, "--one", "default", "--corpus", str(corpus), "--checkpoint",
+                        str(checkpoint), "--json", str(out)], check=True, env=env)
+        row = json.loads(out.read_text())
+        row["variant"] = f"before ({ref})"
+        return row
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def _warm(corpus: Path, checkpoint: Path, work: Path) -> None:
+    """Read every PDF once and index a few: no timed row pays for a cold page cache or the first model load."""
+    files = sorted(corpus.rglob("*.pdf"))
+    for f in files:
+        f.read_bytes()
+    sample = work / "warm-sample"
+    sample.mkdir()
+    for f in files[:6]:
+        shutil.copy(f, sample / f"{len(list(sample.iterdir()))}-{f.name}")
+    run_variant("default", sample, checkpoint, work / "warm")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, required=True, help="folder of PDFs")
     parser.add_argument("--variants", default="default,workers0,workers1,colpali-pooler,no-grids",
                         help=f"comma-separated, run in this order ({', '.join(VARIANTS)})")
+    parser.add_argument("--before", metavar="REF", help="first row: the default variant run by this git ref's code")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--one", choices=VARIANTS, help=argparse.SUPPRESS)  # a single row, for --before
+    parser.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        work = Path(tempfile.mkdtemp(prefix="docpc-write-bench-one-"))
+        try:
+            _warm(args.corpus, args.checkpoint, work)
+            args.json.write_text(json.dumps(run_variant(args.one, args.corpus, args.checkpoint, work)))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     from docpc_retrievers.testing import build_tiny_colqwen2
 
     work = Path(tempfile.mkdtemp(prefix="docpc-write-bench-"))
     try:
         checkpoint = build_tiny_colqwen2(work / "tiny")
-        rows = []
+        rows = [_before(args.before, args.corpus, checkpoint, work)] if args.before else []
+        _warm(args.corpus, checkpoint, work)
         for name in args.variants.split(","):
             if name not in VARIANTS:
                 raise SystemExit(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
@@ -117,11 +167,11 @@ def main() -> None:
     base = rows[0]["wall_s"]
     stages = ("render_s", "preview_s", "encode_s", "pool_s", "commit_s")
     print(f"\n{os.cpu_count()} cores; stages overlap (workers render and make previews while the encoder runs)")
-    print(f"{'variant':<16}{'wall s':>8}{'vs first':>9}" + "".join(f"{s.removesuffix('_s'):>9}" for s in stages)
+    print(f"{'variant':<22}{'wall s':>8}{'vs first':>9}" + "".join(f"{s.removesuffix('_s'):>9}" for s in stages)
           + f"{'KB/doc':>9}{'chroma':>8}{'cache':>7}{'grids':>7}")
     for row in rows:
         kb = row["kb_per_doc"]
-        print(f"{row['variant']:<16}{row['wall_s']:8.1f}{row['wall_s'] / base:8.2f}x"
+        print(f"{row['variant']:<22}{row['wall_s']:8.1f}{row['wall_s'] / base:8.2f}x"
               + "".join(f"{row.get(s, 0.0):9.1f}" for s in stages)
               + f"{kb['total']:9.0f}{kb['chroma']:8.0f}{kb['cache']:7.0f}{kb['grid_previews']:7.0f}")
     if args.json:
