@@ -49,7 +49,7 @@ from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
-from docpc_retrievers.blas_threads import single_blas_thread
+from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.encoders.pooling import pool_vectors
 
 __all__ = ["Indexer", "encode_with_tokens"]
@@ -161,7 +161,7 @@ class Indexer:
         # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
         # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
         pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
-        with single_blas_thread():  # pooling threads each run small products; toggling the limit costs more
+        with indexing_threads():  # BLAS (and torch, on 2 cores) on one thread: see blas_threads.py
             try:
                 for path, rendered in renderer.imap(files, self._plan):
                     outcome = self._take_one(job, path, rendered, seen_ids, report, pending, user.get(path))
