@@ -1,8 +1,8 @@
 """Grid previews: each document's composed grid, kept in the store as lossless WebP.
 
 The bytes come from :func:`docpc_retrievers.documents.preview.encode_grid`,
-made in the render workers while indexing (or here, in background threads,
-when rendering runs in-process); committed with the document's record, so a
+made in the render workers while indexing when there are two or more (or
+here, in background threads, with one worker or in-process); committed with the document's record, so a
 record never exists without its preview.
 """
 
