@@ -1,0 +1,53 @@
+"""Thread budgets: BLAS held to one thread while any user is inside, torch to one while indexing on 2 cores."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy  # noqa: F401  (loads the BLAS this limits)
+import pytest
+import torch
+from threadpoolctl import threadpool_info
+
+from docpc_retrievers.blas_threads import indexing_threads, single_blas_thread
+
+
+def _blas_threads() -> set[int]:
+    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+
+def test_blas_limit_is_counted_across_nested_and_concurrent_users() -> None:
+    """A pool thread leaving does not lift the limit the indexing thread still holds; the last one out restores it."""
+    outside = _blas_threads()
+    if not outside or outside == {1}:
+        pytest.skip("numpy's BLAS runs one thread here already: nothing to limit")
+
+    def pool_thread() -> None:
+        with single_blas_thread():
+            pass
+
+    with single_blas_thread():
+        with single_blas_thread():
+            assert _blas_threads() == {1}
+        assert _blas_threads() == {1}  # the nested exit did not restore
+        worker = threading.Thread(target=pool_thread)
+        worker.start()
+        worker.join(10)
+        assert _blas_threads() == {1}  # nor did the other thread's
+    assert _blas_threads() == outside
+
+
+@pytest.mark.parametrize(("cores", "one_thread"), [(2, True), (1, True), (8, False)])
+def test_indexing_encodes_with_one_torch_thread_on_small_machines(
+    monkeypatch: pytest.MonkeyPatch, cores: int, one_thread: bool
+) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr("os.cpu_count", lambda: cores)
+        with indexing_threads():
+            assert torch.get_num_threads() == (1 if one_thread else 2)
+            assert _blas_threads() == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
