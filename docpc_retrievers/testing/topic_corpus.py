@@ -23,7 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HELD_OUT_TEMPLATES", "TOPIC_COLOURS", "TRAIN_TEMPLATES", "TopicCorpus", "build_topic_corpus"]
+__all__ = [
+    "HELD_OUT_TEMPLATES",
+    "TOPIC_COLOURS",
+    "TRAIN_TEMPLATES",
+    "TopicCorpus",
+    "build_topic_corpus",
+    "corelevance_corpus",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +93,17 @@ def build_topic_corpus(
     templates: Sequence[str] = TRAIN_TEMPLATES,
     topics: Mapping[str, tuple[int, int, int]] | None = None,
     pages: tuple[int, int] = (1, 3),
+    decoys_per_topic: int = 0,
+    decoy_shift: float = 0.4,
 ) -> TopicCorpus:
     """Write the corpus into ``out`` (created; existing files of the same names are overwritten).
 
     ``docs_per_topic`` single-topic documents (grade 2) per topic; one mixed document per pair
     in ``mixed_pairs`` (default: topics paired in order, (t0, t1), (t2, t3), ...), relevant with
     grade 1 to both topics; ``templates`` make one query per topic and template; ``pages`` is
-    the (min, max) page count of a single-topic document. Returns a :class:`TopicCorpus`.
+    the (min, max) page count of a single-topic document. ``decoys_per_topic`` documents per
+    topic relevant to no query, coloured ``decoy_shift`` of the way from the topic's colour to
+    the next topic's: hard negatives that look like the positives. Returns a :class:`TopicCorpus`.
     """
     import pymupdf
 
@@ -119,6 +130,12 @@ def build_topic_corpus(
         documents[doc_id] = [a, b] if rng.random() < 0.5 else [b, a]
         grades[a][doc_id] = 1
         grades[b][doc_id] = 1
+    for t_index, topic in enumerate(names if decoys_per_topic > 0 else []):
+        near = colours[names[(t_index + 1) % len(names)]]
+        decoy = f"decoy-{topic}"
+        colours[decoy] = tuple(round(c + decoy_shift * (n - c)) for c, n in zip(colours[topic], near))  # type: ignore[assignment]
+        for i in range(decoys_per_topic):
+            documents[f"s{seed}-decoy-{topic}-{i}"] = [decoy] * rng.randint(pages[0], pages[1])
 
     for doc_id, page_topics in documents.items():
         pdf = pymupdf.open()
@@ -144,3 +161,15 @@ def build_topic_corpus(
     (root / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     logger.info("topic corpus: %d documents, %d queries in %s", len(documents), len(queries), root)
     return TopicCorpus(root=root, documents=documents, qrels=qrels, queries=queries)
+
+
+def corelevance_corpus(out: str | Path, *, seed: int = 0, templates: Sequence[str] = TRAIN_TEMPLATES) -> TopicCorpus:
+    """The co-relevance experiment's corpus (docs/training.md): 5 positives per query that look alike, and decoys.
+
+    Per topic: 3 single-topic documents (grade 2), 2 two-topic documents shared with its ring
+    neighbours (grade 1), 2 decoys coloured 40% of the way towards the next topic (no query's).
+    """
+    names = list(TOPIC_COLOURS)
+    ring = [(names[i], names[(i + 1) % len(names)]) for i in range(len(names))]
+    return build_topic_corpus(out, seed=seed, docs_per_topic=3, mixed_pairs=ring, templates=templates,
+                              decoys_per_topic=2, decoy_shift=0.4)

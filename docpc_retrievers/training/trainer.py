@@ -278,12 +278,12 @@ def evaluate_ndcg(
     k: int = 5,
     batch_size: int | None = None,
 ) -> dict[str, Any]:
-    """NDCG@k of ``encoder`` ranking every document of ``dataset`` for each of its queries.
+    """NDCG@k (and recall@10) of ``encoder`` ranking every document of ``dataset`` for each of its queries.
 
     Documents are the dataset's grids (exhaustive MaxSim, no index); metrics follow trec_eval
     (:func:`docpc_retrievers.eval.metrics.evaluate_run`: linear gains, ties by doc id descending,
-    mean over all labelled queries). Returns ``{"ndcg@k": mean, "per_query": {qid: value},
-    "queries": n, "documents": n}``.
+    mean over all labelled queries). Returns ``{"ndcg@k": mean, "recall@10": mean (the share of
+    each query's positives in its top 10), "per_query": {qid: NDCG@k}, "queries": n, "documents": n}``.
     """
     from docpc_retrievers.eval.metrics import evaluate_run
 
@@ -298,9 +298,10 @@ def evaluate_ndcg(
         for q, qe in zip(queries, query_embeddings)
     }
     name = f"ndcg@{k}"
-    result = evaluate_run(dataset.qrels(), run, metrics=("ndcg",), ks=(k,))
+    result = evaluate_run(dataset.qrels(), run, metrics=("ndcg", "recall"), ks=tuple(sorted({k, 10})))
     return {
         name: result.mean[name],
+        "recall@10": result.mean["recall@10"],
         "per_query": {qid: values[name] for qid, values in result.per_query.items()},
         "queries": len(queries),
         "documents": len(doc_ids),
