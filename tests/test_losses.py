@@ -332,3 +332,61 @@ def test_combined_loss_gradcheck() -> None:
     scores = scores.clone().requires_grad_(True)
     loss = CombinedLoss("combined", temperature=0.5, listwise_every=1, listwise_weight=2.0, listwise_alpha=0.5)
     assert torch.autograd.gradcheck(lambda s: loss(s, relevance).total, (scores,))
+
+
+# --------------------------------------------------------------------------- gradient honesty
+
+
+def _random_batch(seed: int, nq: int = 6, nd: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    scores = (torch.rand(nq, nd, generator=g, dtype=torch.float64) * 2 - 1).requires_grad_(True)
+    relevance = torch.randint(0, 3, (nq, nd), generator=g)
+    relevance[:, seed % nd] = 2  # every query has at least one positive; most have several
+    return scores, relevance
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_multi_positive_infonce_never_pushes_a_labelled_positive_down(seed: int) -> None:
+    """dL/dS[q, p] <= 0 for every positive p of every query: a descent step never lowers a positive's score."""
+    scores, relevance = _random_batch(seed)
+    multi_positive_infonce(scores, relevance, temperature=0.05).backward()
+    assert scores.grad is not None
+    positive = relevance > 0
+    assert (scores.grad[positive] <= 1e-12).all()
+    assert (scores.grad[~positive] >= -1e-12).all()  # and never pulls a negative up
+    assert (scores.grad[positive] < 0).any()  # the check above is not vacuous
+
+
+def test_infonce_pushes_a_second_positive_down() -> None:
+    """With one target per query, another positive in the batch is a negative: its gradient is positive."""
+    scores = torch.tensor([[1.0, 0.9, -0.5, 0.2]], dtype=torch.float64, requires_grad=True)
+    infonce(scores, torch.tensor([0]), temperature=0.05).backward()
+    assert scores.grad is not None
+    assert scores.grad[0, 0] < 0  # the target goes up
+    assert scores.grad[0, 1] > 0  # the second positive (document 1) goes down, as hard as any negative
+    assert scores.grad[0, 1] > scores.grad[0, 3] > scores.grad[0, 2] > 0
+    scores.grad = None
+    multi_positive_infonce(scores, torch.tensor([[1, 1, 0, 0]]), temperature=0.05).backward()
+    assert scores.grad[0, 1] < 0  # the multi-positive loss pulls it up instead
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.05, 0.005])
+def test_approx_ndcg_loss_gradient_raises_positives_above_negatives(alpha: float) -> None:
+    """The listwise loss's gradient ranks: on average it raises positives and lowers negatives, at every temperature."""
+    scores, relevance = _random_batch(3, nq=4, nd=10)
+    approx_ndcg_loss(scores, relevance, k=5, alpha=alpha).backward()
+    assert scores.grad is not None
+    positive = relevance > 0
+    assert float(scores.grad[positive].mean()) < 0 < float(scores.grad[~positive].mean())
+
+
+def test_approx_ndcg_error_shrinks_with_temperature_on_many_random_lists() -> None:
+    """Across random lists (ties excluded), the worst gap to exact NDCG@5 falls as alpha falls."""
+    g = torch.Generator().manual_seed(11)
+    scores = torch.stack([torch.randperm(20, generator=g).double() * 0.03 for _ in range(32)])
+    relevance = torch.randint(0, 4, (32, 20), generator=g)
+    relevance[:, 0] = 3
+    exact, _ = exact_ndcg(scores, relevance, k=5)
+    gaps = [float((approx_ndcg(scores, relevance, k=5, alpha=a)[0] - exact).abs().max())
+            for a in (0.3, 0.03, 0.003, 0.0003)]
+    assert gaps == sorted(gaps, reverse=True) and gaps[0] > 0.05 and gaps[-1] < 1e-6
