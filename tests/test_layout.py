@@ -105,6 +105,17 @@ def test_store_modules_stay_small_and_search_has_its_own_room() -> None:
     assert reaching == []
 
 
+def test_trainer_and_synthetic_generator_are_split_into_their_parts() -> None:
+    """Training: configuration, checkpoints, schedule, model and loop in their own modules; the synthetic corpus
+    generator: planning, drawing, pages and writing. None of those over 400 lines."""
+    parts = [PACKAGE / "training" / f"{name}.py" for name in ("config", "checkpoints", "schedule", "model", "trainer",
+                                                             "evaluation", "ablation")]
+    parts += [PACKAGE / "eval" / "synthetic" / f"{name}.py" for name in ("planning", "drawing", "pages", "writing")]
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in parts}
+    assert max(sizes.values()) <= 400, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    assert not (PACKAGE / "eval" / "synthetic.py").exists()
+
+
 def test_no_module_above_the_store_joins_store_paths() -> None:
     """Only store/ knows the file names inside a store directory."""
     names = ('"store.json"', '"write.lock"', '"grids"', '"page_cache"', '"vectors"', '"chroma"', '"docpc_retriever.json"')

@@ -328,6 +328,33 @@ def test_cli_train_writes_a_checkpoint_that_index_and_search_use(
     assert len(hits) == 3 and all(Path(h["source"]).parent == (train / "pdfs").resolve() for h in hits)
 
 
+@pytest.mark.slow
+def test_cli_train_ablation_reports_every_arm_over_seeds(
+    tmp_path: Path, tiny_checkpoint: Path, topic_corpora: tuple[Path, Path]
+) -> None:
+    train, held_out = topic_corpora
+    out = tmp_path / "ablation"
+    proc = _docpc(
+        "train", train, "--model", tiny_checkpoint, "--out", out, "--ablation", "--seeds", "2", "--ablation-every", "2",
+        "--max-steps", "2", "--batch-size", "6", "--cell-size", "56x56", "--full", "--eval-data", held_out,
+        "--threads", "1", "--no-progress", "--json",
+    )
+    assert proc.returncode == 0, _explain(proc)
+    report = json.loads(proc.stdout)
+    assert report == json.loads((out / "ablation.json").read_text())
+    arms = ["infonce", "mp-infonce", "listwise", "combined m=2"]
+    assert [(r["arm"], r["seed"]) for r in report["runs"]] == [(a, s) for s in (0, 1) for a in arms]
+    assert all(r["steps"] == 2 and 0.0 <= r["ndcg@5"] <= 1.0 and 0.0 <= r["recall@10"] <= 1.0 for r in report["runs"])
+    assert list(report["summary"]) == arms and report["summary"]["infonce"]["ndcg@5"]["seeds"] == 2
+    mean = sum(r["ndcg@5"] for r in report["runs"] if r["arm"] == "listwise") / 2
+    assert report["summary"]["listwise"]["ndcg@5"]["mean"] == pytest.approx(mean)
+    first = report["comparisons"][0]
+    assert (first["first"], first["second"], first["metric"], first["seeds"]) == ("mp-infonce", "infonce", "recall@10", 2)
+    markdown = (out / "ablation.md").read_text()
+    assert all(f"| {a} |" in markdown for a in arms) and "mp-infonce vs infonce" in markdown
+    assert not any((out / "runs").iterdir())  # each run's checkpoint is deleted once scored
+
+
 def test_cli_train_usage_errors(tmp_path: Path, topic_corpora: tuple[Path, Path]) -> None:
     from docpc_retrievers import cli as cli_main
 
@@ -340,6 +367,9 @@ def test_cli_train_usage_errors(tmp_path: Path, topic_corpora: tuple[Path, Path]
     assert excinfo.value.code == 2
     with pytest.raises(SystemExit) as excinfo:
         cli_main.main(["train", str(train), "--model", "m", "--out", str(tmp_path / "o"), "--loss", "triplet"])
+    assert excinfo.value.code == 2
+    with pytest.raises(SystemExit) as excinfo:  # an ablation is scored on held-out data
+        cli_main.main(["train", str(train), "--model", "m", "--out", str(tmp_path / "o"), "--ablation"])
     assert excinfo.value.code == 2
     assert not (tmp_path / "o").exists()
 

@@ -97,7 +97,27 @@ def register(subparsers: Any) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    g = p.add_argument_group("ablation")
+    g.add_argument(
+        "--ablation", action="store_true",
+        help="instead of one run, train InfoNCE, MP-InfoNCE, listwise alone and the combined loss at each "
+        "--ablation-every m, each over --seeds seeds, and score them on --eval-data (needed): mean, spread and "
+        "paired verdicts in OUT/ablation.json and OUT/ablation.md",
+    )
+    g.add_argument("--seeds", type=positive_int, default=5, help="seeds per loss in an ablation (default 5: --seed on)")
+    g.add_argument("--ablation-every", type=_every, default=(2, 10, 40),
+                   help="m values of the combined arms, comma-separated (default 2,10,40)")
     p.set_defaults(func=run)
+
+
+def _every(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--eval-every needs --eval-data")
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {str(args.out)!r} is a file")
+    if args.ablation and (args.eval_data is None or args.resume):
+        raise UsageError("--ablation needs --eval-data (its runs are scored there) and cannot --resume")
     try:
         grid_kwargs: dict[str, Any] = {"strategy": args.strategy, "pages": args.pages, "grid": args.grid, "seed": args.seed}
         if args.cell_size is not None:
@@ -156,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
 
     train = load_labelled_corpus(args.data, split=args.split)
     held_out = load_labelled_corpus(args.eval_data, split=args.eval_split) if args.eval_data is not None else None
+    if args.ablation:
+        return _ablation(args, config, train, held_out)
     trainer = Trainer(args.model, train, args.out, config, eval_data=held_out)
     try:
         result = trainer.train(resume=bool(args.resume))
@@ -178,4 +202,37 @@ def run(args: argparse.Namespace) -> int:
             metric = next(k for k in entry if k != "step")
             print(f"held-out {metric} at step {entry['step']}: {entry[metric]:.4f}")
         print(f"use it: docpc index PDFS --store STORE --model {result.out_dir}")
+    return EXIT_OK
+
+
+def _ablation(args: argparse.Namespace, config: Any, train: Any, held_out: Any) -> int:
+    """``docpc train --ablation``: every arm over ``--seeds`` seeds from ``--model``; the report in OUT."""
+    from docpc_retrievers.training.ablation import default_arms, run_ablation
+    from docpc_retrievers.training.data import GridDataset
+
+    out: Path = args.out
+    if out.is_dir() and any(p.name != "grid-cache" for p in out.iterdir()):
+        raise UsageError(f"--out {str(out)!r} already holds files; an ablation writes into an empty folder")
+    cache = out / "grid-cache"
+    train_grids, held_grids = GridDataset(train, config.grid, cache_dir=cache), GridDataset(held_out, config.grid, cache_dir=cache)
+    train_grids.prepare()
+    held_grids.prepare()
+
+    def progress(row: dict[str, Any]) -> None:
+        if not args.json:
+            print(f"{row['arm']:<16} seed {row['seed']}: NDCG@5 {row['ndcg@5']:.4f}, recall@10 {row['recall@10']:.4f}",
+                  flush=True)
+
+    report = run_ablation(lambda seed: args.model, train_grids, held_grids, config,
+                          arms=default_arms(args.ablation_every), seeds=[args.seed + i for i in range(args.seeds)],
+                          work_dir=out / "runs", on_run=progress)
+    (out / "ablation.json").write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
+    (out / "ablation.md").write_text(report.to_markdown(), encoding="utf-8")
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print()
+        print(report.to_markdown(), end="")
+        print(f"written: {out / 'ablation.json'}, {out / 'ablation.md'}")
     return EXIT_OK

@@ -14,7 +14,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from docpc_retrievers.training.data import GridDataset, GridSpec, MultiPositiveBatchSampler, TrainingBatch, TrainingQuery
+    from docpc_retrievers.training.data import (
+        GridDataset,
+        GridSpec,
+        MultiPositiveBatchSampler,
+        TrainingBatch,
+        TrainingQuery,
+    )
     from docpc_retrievers.training.losses import (
         LOSS_VARIANTS,
         CombinedLoss,
@@ -26,7 +32,13 @@ if TYPE_CHECKING:
         maxsim_scores,
         multi_positive_infonce,
     )
-    from docpc_retrievers.training.trainer import Trainer, TrainingConfig, TrainingResult, evaluate_ndcg, find_resume_checkpoint
+    from docpc_retrievers.training.trainer import (
+        Trainer,
+        TrainingConfig,
+        TrainingResult,
+        evaluate_ndcg,
+        find_resume_checkpoint,
+    )
 
 __all__ = [
     "LOSS_VARIANTS",
