@@ -32,11 +32,13 @@ def main() -> None:
 
     import torch
 
+    from docpc_retrievers.encoders import ColPaliEncoder
     from docpc_retrievers.eval.corpus import load_labelled_corpus
     from docpc_retrievers.testing import build_tiny_colqwen2
     from docpc_retrievers.testing.topic_corpus import HELD_OUT_TEMPLATES, corelevance_corpus
     from docpc_retrievers.training import GridDataset, GridSpec, TrainingConfig
     from docpc_retrievers.training.ablation import default_arms, run_ablation
+    from docpc_retrievers.training.evaluation import evaluate_ndcg
 
     torch.set_num_threads(1)
     spec = GridSpec(pages=4, cell_size=(56, 56))  # 112x112 grids, as the learning test
@@ -63,9 +65,14 @@ def main() -> None:
 
         print(f"train: {len(train.queries)} queries, {len(train.doc_ids)} documents; "
               f"held-out: {len(held_out.queries)} queries, {len(held_out.doc_ids)} documents", flush=True)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        for seed in seeds:  # the starting point of every arm's seed
+            scored = evaluate_ndcg(ColPaliEncoder(model_for_seed(seed), device="cpu", dtype="float32"), held_out)
+            print(f"{'untrained':<16} seed {seed}: NDCG@5 {scored['ndcg@5']:.3f}  recall@10 {scored['recall@10']:.3f}",
+                  flush=True)
         report = run_ablation(model_for_seed, train, held_out, base,
                               arms=default_arms([int(m) for m in args.every.split(",")]),
-                              seeds=[int(s) for s in args.seeds.split(",")], work_dir=work / "runs", on_run=show)
+                              seeds=seeds, work_dir=work / "runs", on_run=show)
     print()
     print(report.to_markdown())
     if args.out:
