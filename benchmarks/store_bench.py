@@ -53,6 +53,9 @@ from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.encoders.pooling import pool_vectors
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from held_back_corpus import CONE_FILTERS, ConeCorpus  # noqa: E402
+
 DIM = 128
 
 
@@ -112,7 +115,15 @@ class SyntheticCorpus:
 
 
 #: Metadata filters of the filtered query sets: ``bucket`` is uniform in 0..999 per document.
-SET_FILTERS: dict[str, dict[str, Any]] = {"filter5": {"bucket": {"$lt": 50}}, "filter05": {"bucket": {"$lt": 5}}}
+SET_FILTERS: dict[str, dict[str, Any]] = {"filter5": {"bucket": {"$lt": 50}}, "filter05": {"bucket": {"$lt": 5}},
+                                          **CONE_FILTERS}
+
+
+def make_corpus(args: argparse.Namespace, offset: int = 0) -> Any:
+    """The run's generator: store_bench's topics (``--skew``) or the held-back cone (``--generator cone``)."""
+    if getattr(args, "generator", "topics") == "cone":
+        return ConeCorpus(DIM, seed=args.seed + offset)
+    return SyntheticCorpus(seed=args.seed + offset, skew=args.skew)
 
 
 def _ndcg_at_10(ranking: list[int], relevant: int) -> float:
@@ -126,7 +137,7 @@ def _top10(query: np.ndarray, docs: list[np.ndarray]) -> list[int]:
 
 def compaction(args: argparse.Namespace) -> dict[str, Any]:
     """Part 1: the cost of int8 and of pooling, measured with exact MaxSim."""
-    corpus = SyntheticCorpus(seed=args.seed + 1, skew=args.skew)
+    corpus = make_corpus(args, 1)
     docs = [corpus.document(760) for _ in range(args.quality_docs)]
     int8 = [dequantize(*quantize(d)) for d in docs]
     targets = list(range(0, len(docs), max(1, len(docs) // args.quality_queries)))[: args.quality_queries]
@@ -171,7 +182,7 @@ def _open(path: Path, server: tuple[str, int] | None, **kw: Any) -> MultiVectorS
 
 def fill(args: argparse.Namespace, path: Path, server: tuple[str, int] | None) -> dict[str, Any]:
     """Part 2a: insert ``--docs`` documents; time the first ``--insert-docs``; keep query targets."""
-    corpus = SyntheticCorpus(seed=args.seed, skew=args.skew)
+    corpus = make_corpus(args)
     store = _open(path, server, writable=True)
     store.set_settings({"encoder": {"model_id": "synthetic"}, "index": {"pool_factor": 2}})
     targets: dict[str, np.ndarray] = {}
@@ -314,7 +325,7 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
     """
     import torch
 
-    corpus = SyntheticCorpus(seed=args.seed + 2, skew=args.skew)
+    corpus = make_corpus(args, 2)
     docs = [corpus.document(args.vectors) for _ in range(args.peer_docs)]
     step = max(1, len(docs) // args.queries)
     made = corpus.query_sets([docs[i] for i in range(step // 2, len(docs), step)][: args.queries])
@@ -463,6 +474,11 @@ def main() -> None:
         "--skew", type=float, default=0.0,
         help="Zipf skew of topic popularity (0: the original uniform generator; 1.1: popular topics shared by many "
         "documents, plus query sets drawn around topics, short, long and 5%%/0.5%% filtered)",
+    )
+    ap.add_argument(
+        "--generator", choices=("topics", "cone"), default="topics",
+        help="topics: the generator above (with --skew); cone: the held-back one (held_back_corpus.py), built "
+        "differently to check what was tuned on the first",
     )
     ap.add_argument("--peers", action="store_true", help="also run other engines on the same vectors (the [bench] extra)")
     ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")

@@ -258,6 +258,42 @@ def test_reader_sees_later_writes_after_refresh(tmp_path: Path) -> None:
         reader.close()
 
 
+def test_searches_read_the_feed_only_when_its_size_changed(tmp_path: Path) -> None:
+    """A search checks the feed's size (one count) and reads the feed itself only after another writer committed."""
+    _ids, docs = _fill(tmp_path / "s", n=6)
+    reader = MultiVectorStore(tmp_path / "s")
+    try:
+        reader.search(_query(docs[0]), top_k=2)
+        engine = reader.engine
+        reads: list[int] = []
+        original = engine.changes
+        engine.changes = lambda since, **kw: reads.append(since) or original(since, **kw)  # type: ignore[method-assign]
+        for _ in range(5):
+            assert reader.search(_query(docs[0]), top_k=2)[0].id == "d000"
+        assert reads == [], "no commit happened: the keyed feed query must not run"
+        extra = _unit(np.random.default_rng(4).standard_normal((4, DIM)))
+        with MultiVectorStore(tmp_path / "s", writable=True) as writer:
+            writer.add(["new"], [extra], [{"title": "new"}])
+        assert reader.search(extra, top_k=1)[0].id == "new"
+        assert len(reads) == 1
+        # A commit landing after the size was read and the feed queried (the race the size must not hide):
+        # that search misses it, the next one applies it.
+        def changes_then_commit(since: int, **kw: object) -> object:
+            found = original(since, **kw)
+            engine.changes = original  # type: ignore[method-assign]
+            with MultiVectorStore(tmp_path / "s", writable=True) as writer:
+                writer.delete(["new"])
+            return found
+        view = reader._view
+        assert view is not None
+        view._feed_size = -1
+        engine.changes = changes_then_commit  # type: ignore[method-assign]
+        reader.search(extra, top_k=1)
+        assert "new" not in [h.id for h in reader.search(extra, top_k=7)]
+    finally:
+        reader.close()
+
+
 def test_compact_vectors_cost_dim_plus_two_bytes_each(tmp_path: Path) -> None:
     """int8 rows plus one float16 scale per vector; the first-stage summary is counted apart."""
     ids, docs = _fill(tmp_path / "s", n=10)

