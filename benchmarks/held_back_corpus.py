@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ConeCorpus", "CONE_FILTERS"]
+__all__ = ["CONE_FILTERS", "ConeCorpus"]
 
 #: Metadata filters of the filtered sets (``bucket`` is uniform in 0..999 per document).
 CONE_FILTERS = {"filter2": {"bucket": {"$lt": 20}}}
