@@ -294,6 +294,29 @@ def test_searches_read_the_feed_only_when_its_size_changed(tmp_path: Path) -> No
         reader.close()
 
 
+def test_a_repeated_filter_is_answered_from_memory_until_another_writer_commits(tmp_path: Path) -> None:
+    """The ids matching a where filter are remembered while the feed is unchanged, and re-read once it moves."""
+    _ids, docs = _fill(tmp_path / "s", n=8)
+    reader = MultiVectorStore(tmp_path / "s")
+    try:
+        even = {"group": "even"}
+        assert sorted(reader.ids(even)) == ["d000", "d002", "d004", "d006"]
+        asked: list[object] = []
+        original = reader.engine.ids
+        reader.engine.ids = lambda where: asked.append(where) or original(where)  # type: ignore[method-assign]
+        for _ in range(3):
+            assert {h.id for h in reader.search(_query(docs[2]), top_k=8, where=even)} <= {"d000", "d002", "d004", "d006"}
+        assert asked == [], "an unchanged feed: the filter's ids come from memory"
+        with MultiVectorStore(tmp_path / "s", writable=True) as writer:
+            writer.update_metadata(["d002"], [{**_meta(2), "group": "odd"}])
+            writer.delete(["d004"])
+        assert sorted(reader.ids(even)) == ["d000", "d006"]
+        assert len(asked) == 1
+        assert "d002" in reader.ids({"group": "odd"})
+    finally:
+        reader.close()
+
+
 def test_compact_vectors_cost_dim_plus_two_bytes_each(tmp_path: Path) -> None:
     """int8 rows plus one float16 scale per vector; the first-stage summary is counted apart."""
     ids, docs = _fill(tmp_path / "s", n=10)

@@ -412,8 +412,7 @@ class ChromaEngine:
 
     @_translated
     def feed_size(self) -> int:
-        # The feed is append-only (entries are never deleted or rewritten), so a count is a change detector
-        # that costs 0.4 ms where the keyed query costs 5-20 ms; readers check it before every search.
+        # Append-only (no entry is deleted or rewritten): a 0.4 ms count detects change; the keyed query costs 5-20 ms.
         return int(self.log.count())
 
     @_translated

@@ -308,7 +308,7 @@ class MultiVectorStore:
         self._ensure_loaded()
         if where is None:
             return list(self._n)
-        return [i for i in self.engine.ids(where) if i in self._n]
+        return [i for i in (self._view.matching(where) if self._view else self.engine.ids(where)) if i in self._n]
 
     @_synchronized
     def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
