@@ -81,3 +81,24 @@ def test_half_precision_screen_is_close_to_float32(equal_lengths: bool) -> None:
     assert rough.shape == (40,)
     np.testing.assert_allclose(rough, exact, atol=2e-2)
     assert np.argmax(rough) == np.argmax(exact)
+
+
+def _int8_docs(rng: np.random.Generator, lengths: list[int], dim: int = 64) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Unit documents, and the int8 rows with one scale per row that the store keeps of them."""
+    docs = [_unit(rng, n, dim) for n in lengths]
+    flat = np.concatenate(docs)
+    scales = (np.abs(flat).max(axis=1) / 127).astype(np.float32)
+    rows = np.round(flat / scales[:, None]).astype(np.int8)
+    return [rows[s : s + n].astype(np.float32) * scales[s : s + n, None] for s, n in zip(np.cumsum([0, *lengths[:-1]]), lengths)], rows, scales
+
+
+@pytest.mark.parametrize("equal_lengths", [True, False])
+def test_int8_scoring_equals_the_reference_on_the_dequantised_rows(equal_lengths: bool) -> None:
+    from docpc_retrievers.scoring.maxsim import maxsim_int8
+
+    rng = np.random.default_rng(3)
+    lengths = [24] * 30 if equal_lengths else [int(n) for n in rng.integers(1, 40, 30)]
+    deq, rows, scales = _int8_docs(rng, lengths)
+    q = _unit(rng, 7, 64)
+    expected = np.array([maxsim_reference(q, d) for d in deq])
+    np.testing.assert_allclose(maxsim_int8(q, rows, scales, lengths), expected, rtol=1e-5, atol=1e-5)
