@@ -41,7 +41,9 @@ __all__ = ["CentroidIndex", "coarsen", "document_centroids"]
 COARSE_WIDTH = 4
 """Centroids per document in the coarse pass over a large index."""
 SHORTLIST_MIN = 4096
-"""Documents the coarse pass keeps at least (and 16 per candidate asked for)."""
+"""Documents the coarse pass keeps at least (and ``SHORTLIST_PER_CANDIDATE`` per candidate asked for)."""
+SHORTLIST_PER_CANDIDATE = 16
+"""Coarse-pass documents kept per candidate asked for."""
 
 
 def document_centroids(vectors: np.ndarray, n_centroids: int, *, iterations: int = 4) -> np.ndarray:
@@ -280,7 +282,7 @@ class CentroidIndex(CandidateIndex):
         dtype = self._segments[0][0].dtype
         q = torch.from_numpy(np.asarray(query, dtype=np.float32)).to(dtype)
         every = rows.size == live.size
-        shortlist = max(SHORTLIST_MIN, 16 * n)
+        shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_CANDIDATE * n)
         if self.coarse_width < self.n_centroids and rows.size > 2 * shortlist:
             approx = self._score(q, "coarse", None if every else rows)
             rows = np.sort(rows[np.argpartition(-approx, shortlist - 1)[:shortlist]])
