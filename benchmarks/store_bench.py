@@ -27,6 +27,7 @@ the same against a ``chroma run`` server on loopback.
     .venv/bin/python benchmarks/store_bench.py                         # 10,000 documents, embedded
     .venv/bin/python benchmarks/store_bench.py --server                # the same through chroma run
     .venv/bin/python benchmarks/store_bench.py --docs 100000 --insert-docs 5000 --queries 8
+    .venv/bin/python benchmarks/store_bench.py --generator cone        # the held-back generator (held_back_corpus.py)
 """
 
 from __future__ import annotations
