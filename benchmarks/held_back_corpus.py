@@ -1,7 +1,8 @@
 """A second synthetic generator, built unlike store_bench's, to check a first stage tuned on the first one.
 
-Written on 2026-11-24 before any run on it, and not tuned afterwards: its
-parameters are the ones below whatever the store scores on them. What differs
+Written on 2026-11-24 before any benchmark run on it (only a check of query
+shapes and score spread on 300 documents came first), and not tuned
+afterwards: its parameters are the ones below whatever the store scores on them. What differs
 from ``SyntheticCorpus`` (both are stand-ins for ColQwen embeddings):
 
 * **A cone.** Every vector shares a common direction, as real late-interaction
