@@ -36,9 +36,9 @@ N_LISTS = 2048
 """Inverted lists (k-means cells over the vectors)."""
 N_PROBE = 128
 """Lists scanned per query token (6% of them)."""
-PER_TOKEN = 16384
-"""Nearest vectors retrieved per query token (scanning the probed lists is the cost, not keeping their best: at
-100,000 documents 16,384 held 0.98 of short queries' exact top 10 in the time 4,096 held 0.97 and 1,024 0.91)."""
+PER_TOKEN = 4096
+"""Nearest vectors retrieved per query token (scanning the probed lists is the cost, not keeping their best; 16,384
+and 1,024 were measured: docs/store.md)."""
 TRAIN_MIN = 40 * N_LISTS
 """Vectors needed before the lists are trained; below that, every vector is scored exactly."""
 _VERSION = 1
