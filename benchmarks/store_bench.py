@@ -122,7 +122,7 @@ SET_FILTERS: dict[str, dict[str, Any]] = {"filter5": {"bucket": {"$lt": 50}}, "f
 
 def make_corpus(args: argparse.Namespace, offset: int = 0) -> Any:
     """The run's generator: store_bench's topics (``--skew``) or the held-back cone (``--generator cone``)."""
-    if getattr(args, "generator", "topics") == "cone":
+    if args.generator == "cone":
         return ConeCorpus(DIM, seed=args.seed + offset)
     return SyntheticCorpus(seed=args.seed + offset, skew=args.skew)
 

@@ -84,12 +84,12 @@ def test_half_precision_screen_is_close_to_float32(equal_lengths: bool) -> None:
 
 
 def _int8_docs(rng: np.random.Generator, lengths: list[int], dim: int = 64) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Unit documents, and the int8 rows with one scale per row that the store keeps of them."""
-    docs = [_unit(rng, n, dim) for n in lengths]
-    flat = np.concatenate(docs)
-    scales = (np.abs(flat).max(axis=1) / 127).astype(np.float32)
-    rows = np.round(flat / scales[:, None]).astype(np.int8)
-    return [rows[s : s + n].astype(np.float32) * scales[s : s + n, None] for s, n in zip(np.cumsum([0, *lengths[:-1]]), lengths)], rows, scales
+    """The int8 rows and scales the store keeps of unit documents, and those rows dequantised per document."""
+    from docpc_retrievers.store.codec import dequantize, quantize
+
+    rows, scales = quantize(np.concatenate([_unit(rng, n, dim) for n in lengths]))
+    starts = np.cumsum([0, *lengths[:-1]])
+    return [dequantize(rows[s : s + n], scales[s : s + n]) for s, n in zip(starts, lengths)], rows, scales
 
 
 @pytest.mark.parametrize("equal_lengths", [True, False])

@@ -261,8 +261,7 @@ def test_reader_sees_later_writes_after_refresh(tmp_path: Path) -> None:
 def test_searches_read_the_feed_only_when_its_size_changed(tmp_path: Path) -> None:
     """A search checks the feed's size (one count) and reads the feed itself only after another writer committed."""
     _ids, docs = _fill(tmp_path / "s", n=6)
-    reader = MultiVectorStore(tmp_path / "s")
-    try:
+    with MultiVectorStore(tmp_path / "s") as reader:
         reader.search(_query(docs[0]), top_k=2)
         engine = reader.engine
         reads: list[int] = []
@@ -290,15 +289,12 @@ def test_searches_read_the_feed_only_when_its_size_changed(tmp_path: Path) -> No
         engine.changes = changes_then_commit  # type: ignore[method-assign]
         reader.search(extra, top_k=1)
         assert "new" not in [h.id for h in reader.search(extra, top_k=7)]
-    finally:
-        reader.close()
 
 
 def test_a_repeated_filter_is_answered_from_memory_until_another_writer_commits(tmp_path: Path) -> None:
     """The ids matching a where filter are remembered while the feed is unchanged, and re-read once it moves."""
     _ids, docs = _fill(tmp_path / "s", n=8)
-    reader = MultiVectorStore(tmp_path / "s")
-    try:
+    with MultiVectorStore(tmp_path / "s") as reader:
         even = {"group": "even"}
         assert sorted(reader.ids(even)) == ["d000", "d002", "d004", "d006"]
         asked: list[object] = []
@@ -313,8 +309,6 @@ def test_a_repeated_filter_is_answered_from_memory_until_another_writer_commits(
         assert sorted(reader.ids(even)) == ["d000", "d006"]
         assert len(asked) == 1
         assert "d002" in reader.ids({"group": "odd"})
-    finally:
-        reader.close()
 
 
 def test_compact_vectors_cost_dim_plus_two_bytes_each(tmp_path: Path) -> None:
