@@ -171,13 +171,45 @@ def _summaries(rng: np.random.Generator, topics: np.ndarray, popularity: np.ndar
     return (x / np.linalg.norm(x, axis=2, keepdims=True)).astype(np.float32)
 
 
+def _cone_summaries(job: tuple[int, int, int, int]) -> np.ndarray:
+    """``[n, 16, DIM]`` k-means summaries of ``n`` held-back-generator documents of ``vectors`` vectors (one worker's share)."""
+    from held_back_corpus import ConeCorpus
+
+    seed, start, n, vectors = job
+    corpus = ConeCorpus(DIM, seed=seed)
+    corpus.rng = np.random.default_rng((seed, start))  # same themes in every worker, its own documents
+    return np.stack([document_centroids(corpus.document(vectors), 16) for _ in range(n)]).astype(np.float32)
+
+
 def build_scale(args: argparse.Namespace, folder: Path) -> None:
+    index = CentroidIndex(16, DIM)
+    chunk = 250_000
+    if args.scale_generator == "cone":
+        from concurrent.futures import ProcessPoolExecutor
+
+        from held_back_corpus import ConeCorpus
+
+        piece = 25_000
+        with ProcessPoolExecutor(max_workers=2) as pool:
+            for start in range(0, args.scale_docs, chunk):
+                size = min(chunk, args.scale_docs - start)
+                jobs = [(args.seed, s, min(piece, start + size - s), args.scale_vectors) for s in range(start, start + size, piece)]
+                index.add_block([f"{start + i:032x}" for i in range(size)], np.concatenate(list(pool.map(_cone_summaries, jobs))))
+                index.save(folder)
+        queries_by_set: dict[str, list[np.ndarray]] = {}
+        corpus = ConeCorpus(DIM, seed=args.seed)
+        corpus.rng = np.random.default_rng((args.seed, args.scale_docs + 1))  # documents the index does not hold
+        sets = corpus.query_sets([corpus.document(args.scale_vectors) for _ in range(args.scale_queries // 3)])
+        for name in ("para", "broad", "pad"):
+            queries_by_set[name] = sets[name]
+        queries = [q for name in ("para", "broad", "pad") for q in queries_by_set[name]]
+        (folder.parent / "query_sets.json").write_text(json.dumps([n for n in ("para", "broad", "pad") for _ in queries_by_set[n]]))
+        np.save(folder.parent / "queries.npy", np.array(queries, dtype=object), allow_pickle=True)
+        return
     rng = np.random.default_rng(args.seed)
     topics = rng.standard_normal((300, DIM)).astype(np.float32)
     topics /= np.linalg.norm(topics, axis=1, keepdims=True)
     weights = 1.0 / np.arange(1, 301) ** 1.1
-    index = CentroidIndex(16, DIM)
-    chunk = 250_000
     for start in range(0, args.scale_docs, chunk):
         size = min(chunk, args.scale_docs - start)
         index.add_block([f"{start + i:032x}" for i in range(size)], _summaries(rng, topics, weights / weights.sum(), size))
@@ -212,19 +244,46 @@ def scale_reader(folder: Path) -> None:
     out: dict[str, Any] = {"open_s": time.perf_counter() - t0, "docs": len(index), "memory_after_open_mb": _memory()}
     queries = list(np.load(folder.parent / "queries.npy", allow_pickle=True))
     index.top(queries[0], 256)  # the first query faults the pages in
-    lat, found = [], []
+    # Side by side: the coarse pass with every query token (before) and with the merged query (now), alternating
+    # query by query so both see the same machine.
+    merged_rows = centroids.COARSE_QUERY_ROWS
+    lat: dict[str, list[float]] = {"every_token": [], "merged": []}
+    found: dict[str, list[list[str]]] = {"every_token": [], "merged": []}
     for q in queries:
-        t0 = time.perf_counter()
-        found.append(index.top(q, 256))
-        lat.append(time.perf_counter() - t0)
-    out["p50_ms"], out["p90_ms"] = statistics.median(lat) * 1e3, float(np.percentile(lat, 90)) * 1e3
+        for name, rows in (("every_token", 0), ("merged", merged_rows)):
+            centroids.COARSE_QUERY_ROWS = rows
+            t0 = time.perf_counter()
+            found[name].append(index.top(q, 256))
+            lat[name].append(time.perf_counter() - t0)
+    centroids.COARSE_QUERY_ROWS = merged_rows
+    out["p50_ms"], out["p90_ms"] = statistics.median(lat["merged"]) * 1e3, float(np.percentile(lat["merged"], 90)) * 1e3
+    out["every_token_p50_ms"] = statistics.median(lat["every_token"]) * 1e3
+    out["every_token_p90_ms"] = float(np.percentile(lat["every_token"], 90)) * 1e3
+    out["merged_query_rows"] = merged_rows
     out["memory_after_queries_mb"] = _memory()
-    kept = []
-    for q, got in zip(queries[:5], found[:5]):  # the exact 16-centroid top 256, scoring every document
+    kept: dict[str, list[float]] = {"every_token": [], "merged": []}
+    step = max(1, len(queries) // 6)
+    for i in range(0, len(queries), step):  # the exact 16-centroid top 256, scoring every document (6 queries)
+        q = queries[i]
         scores = index._score(torch.from_numpy(q).to(centroids.compute_dtype()), "fine", None)
-        exact = {index._ids[i] for i in np.argsort(-scores)[:256]}
-        kept.append(len(exact & set(got)) / 256)
-    out["coarse_pass_keeps"] = statistics.mean(kept)
+        exact = {index._ids[j] for j in np.argsort(-scores)[:256]}
+        for name in kept:
+            kept[name].append(len(exact & set(found[name][i])) / 256)
+    out["coarse_pass_keeps"] = statistics.mean(kept["merged"])
+    names_file = folder.parent / "query_sets.json"
+    if names_file.exists():  # per set: p50 of both variants (every query) and the keeps of every query
+        names = json.loads(names_file.read_text())
+        for name in dict.fromkeys(names):
+            rows = [i for i, n in enumerate(names) if n == name]
+            keeps = {k: [] for k in kept}
+            for i in rows:
+                scores = index._score(torch.from_numpy(queries[i]).to(centroids.compute_dtype()), "fine", None)
+                exact = {index._ids[j] for j in np.argsort(-scores)[:256]}
+                for k in keeps:
+                    keeps[k].append(len(exact & set(found[k][i])) / 256)
+            out[f"set_{name}"] = {f"{k}_{m}": v for k in kept for m, v in (
+                ("p50_ms", statistics.median(lat[k][i] for i in rows) * 1e3), ("keeps", statistics.mean(keeps[k])))}
+    out["every_token_coarse_pass_keeps"] = statistics.mean(kept["every_token"])
     print(json.dumps(out))
 
 
@@ -235,9 +294,15 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--scale-docs", type=int, default=1_000_000)
     ap.add_argument("--scale-queries", type=int, default=30)
+    ap.add_argument("--scale-generator", choices=("random", "cone"), default="random",
+                    help="random: 16 independent topic draws per summary (the original); cone: k-means summaries of "
+                         "held_back_corpus.py documents, queried with its para/broad/pad sets (a third each)")
+    ap.add_argument("--scale-vectors", type=int, default=200, help="vectors per cone document summarised")
     ap.add_argument("--skip-designs", action="store_true")
     ap.add_argument("--skip-scale", action="store_true")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--scale-folder", type=Path, default=None,
+                    help="keep the scale part's summaries here (reused when already built, for before/after runs)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reader", help=argparse.SUPPRESS)
@@ -251,9 +316,10 @@ def main() -> None:
         print(json.dumps(result["designs"], indent=1))
     if not args.skip_scale:
         with tempfile.TemporaryDirectory(prefix="docpc-first-stage-", dir=args.workdir) as tmp:
-            folder = Path(tmp) / "first_stage"
+            folder = (args.scale_folder or Path(tmp)) / "first_stage"
             t0 = time.perf_counter()
-            build_scale(args, folder)
+            if not (folder / "current.json").exists():
+                build_scale(args, folder)
             built = time.perf_counter() - t0
             proc = subprocess.run([sys.executable, __file__, "--reader", str(folder)], capture_output=True, text=True)
             if proc.returncode != 0:

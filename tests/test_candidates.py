@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from docpc_retrievers.store.search import centroids as candidates
-from docpc_retrievers.store.search.centroids import CentroidIndex, coarsen, document_centroids
+from docpc_retrievers.store.search.centroids import CentroidIndex, coarsen, document_centroids, merged_query
 from docpc_retrievers.store.search.two_stage import CANDIDATE_TOKEN_BUDGET, MAX_CANDIDATE_FACTOR, TwoStageSearch
 
 DIM = 32
@@ -62,6 +62,47 @@ def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: 
     assert len(filtered) == 10 and set(filtered) <= allowed
     index.remove(["planted"])
     assert "planted" not in index.top(query, 10)
+
+
+def test_merged_query_keeps_the_token_mass_and_bounds_late_interaction_from_below() -> None:
+    rng = np.random.default_rng(7)
+    topics = _unit(rng.standard_normal((4, DIM)))
+    query = _unit(topics[rng.integers(0, 4, 30)] + 0.05 * rng.standard_normal((30, DIM)))  # 4 topics, small noise
+    merged = merged_query(query, 8)
+    assert 1 <= merged.shape[0] <= 8 and merged.shape[1] == DIM
+    np.testing.assert_allclose(merged.sum(axis=0), query.sum(axis=0), atol=1e-4)  # every token lands in one group
+    np.testing.assert_array_equal(merged, merged_query(query, 8))  # deterministic
+    summaries = _unit(rng.standard_normal((200, 16, DIM)))
+    exact = np.einsum("td,ncd->ntc", query, summaries).max(axis=2).sum(axis=1)
+    bound = np.einsum("td,ncd->ntc", merged, summaries).max(axis=2).sum(axis=1)
+    assert np.all(bound <= exact + 1e-4)
+    # Near-duplicate tokens (what merging is for) keep the bound tight: the same best documents.
+    assert len(set(np.argsort(-bound)[:20]) & set(np.argsort(-exact)[:20])) >= 15
+    short = query[:8]
+    np.testing.assert_array_equal(merged_query(short, 8), short)
+    np.testing.assert_array_equal(merged_query(query, 0), query)
+
+
+def test_a_long_query_uses_the_merged_query_in_the_coarse_pass_and_keeps_a_planted_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    calls: list[tuple[int, int]] = []
+
+    def spy(query: np.ndarray, rows: int) -> np.ndarray:
+        out = merged_query(query, rows)
+        calls.append((query.shape[0], out.shape[0]))
+        return out
+
+    monkeypatch.setattr(candidates, "merged_query", spy)
+    index, _ = _index(2000)
+    rng = np.random.default_rng(4)
+    planted = _unit(rng.standard_normal((16, DIM)))
+    index.add_block(["planted"], planted[None])
+    query = _unit(planted[rng.integers(0, 16, 24)] + 0.1 * rng.standard_normal((24, DIM)))
+    top = index.top(query, 10)
+    assert calls and calls[0][0] == 24 and calls[0][1] <= candidates.COARSE_QUERY_ROWS
+    assert "planted" in top and len(set(top)) == 10
 
 
 def test_removed_documents_are_never_returned() -> None:
