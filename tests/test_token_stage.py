@@ -128,3 +128,30 @@ def test_the_bfloat16_pass_keeps_the_exact_top_and_returns_float32_scores(tmp_pa
             hits = store.search(query, top_k=10)
             assert [h.id for h in hits] == [ids[i] for i in order]
             np.testing.assert_allclose([h.score for h in hits], exact[order], rtol=1e-5)
+
+
+def test_saving_twice_keeps_every_document_findable_by_its_own_vector_after_removals_and_replacements(
+    tmp_path: Path, small_lists: None
+) -> None:
+    """Slots are renumbered on save (removed documents dropped): every label must still point at its document."""
+    docs, ids = _docs(120, seed=3), _ids(120)
+    index = TokenIndex(DIM)
+    index.add(ids[:100], docs[:100])
+    assert index.trained
+    index.remove(ids[:10])
+    index.add([ids[20]], [docs[110]])  # replaced: its old vectors must not vote for it any more
+    index.save(tmp_path / "t")
+    assert index._base is not None and index._base.ntotal == 90 * 40  # removed and replaced entries dropped
+    index.add(ids[100:110], docs[100:110])  # into the in-memory part beside the mapped one
+    index.remove([ids[30], ids[105]])
+    index.save(tmp_path / "t")
+    reopened = TokenIndex(DIM)
+    assert reopened.load(tmp_path / "t") is not None
+    live = [i for i in range(110) if i >= 10 and i not in (30, 105)]
+    assert set(reopened.ids()) == {ids[i] for i in live} and len(reopened) == len(live)
+    for i in live:
+        vectors = docs[110] if i == 20 else docs[i]
+        assert reopened.top(vectors[:3], 1) == [ids[i]], i
+    for gone in (0, 9, 30, 105):
+        assert ids[gone] not in reopened.top(docs[gone][:3], 50)
+    assert ids[20] not in reopened.top(docs[20][:3], 1)  # its replaced vectors are gone
