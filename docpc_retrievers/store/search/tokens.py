@@ -4,17 +4,15 @@ With a few query tokens about a popular topic, thousands of documents have a
 centroid equally close to every token, and which ten score highest is decided
 by single vectors (benchmarks/first_stage_bench.py: 16-centroid summaries keep
 0.77 of the exact top 10 at 256 candidates, this index 0.99). Each stored
-vector sits in an inverted-file index with 4-bit product-quantisation codes
-(one 16-level code per dimension, 64 bytes per 128-d vector) that faiss scans
-with SIMD lookup tables ("fast scan"), labelled with its document's slot; a
-query token's nearest vectors vote for their documents by late interaction:
-per document, the sum over query tokens of its best retrieved similarity, or
-that token's worst retrieved one when none of its vectors came back.
+vector sits in an inverted-file index with 4-bit scalar codes (64 bytes per
+vector), labelled with its document's slot; a query token's nearest vectors
+vote for their documents by late interaction: per document, the sum over
+query tokens of its best retrieved similarity, or that token's worst
+retrieved one when none of its vectors came back.
 
 The saved index is opened as a memory map (read-only): documents added since
-go to an in-memory index trained alike (kept empty beside the saved one),
-documents removed are hidden by slot; a save merges both into a new file.
-Needs ``faiss-cpu``.
+go to an in-memory index sharing its trained quantizer, documents removed are
+hidden by slot; a save writes both into a new file. Needs ``faiss-cpu``.
 """
 
 from __future__ import annotations
@@ -43,16 +41,7 @@ PER_TOKEN = 4096
 and 1,024 were measured: docs/store.md)."""
 TRAIN_MIN = 40 * N_LISTS
 """Vectors needed before the lists are trained; below that, every vector is scored exactly."""
-_VERSION = 2
-"""2: 4-bit PQ codes scanned with SIMD tables; 1 (4-bit scalar codes, 6-10x slower to scan at 100k documents) is
-not read: such a cache rebuilds its token stage from the stored vectors on first need."""
-
-
-def _new_index(dim: int) -> Any:
-    """An untrained IVF index with one 4-bit PQ code per dimension, residuals to the list centre, fast scan."""
-    import faiss
-
-    return faiss.index_factory(dim, f"IVF{N_LISTS},PQ{dim}x4fsr", faiss.METRIC_INNER_PRODUCT)
+_VERSION = 1
 
 
 def faiss_available() -> bool:
@@ -72,7 +61,6 @@ class TokenIndex(CandidateIndex):
         self._slot: dict[str, int] = {}
         self._dead: set[int] = set()
         self._base: Any = None  # the mapped, read-only saved index
-        self._empty: Any = None  # trained, no entries: what the in-memory index starts from
         self._delta: Any = None  # trained, in memory: documents added since the save
         self._pending: list[tuple[int, np.ndarray]] = []  # before training: (slot, vectors)
 
@@ -115,9 +103,9 @@ class TokenIndex(CandidateIndex):
 
         vectors = np.concatenate([v for _, v in self._pending])
         sample = vectors[np.random.default_rng(0).permutation(len(vectors))[: 64 * N_LISTS]]
-        index = _new_index(self.dim)
+        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(self.dim), self.dim, N_LISTS,
+                                              faiss.ScalarQuantizer.QT_4bit, faiss.METRIC_INNER_PRODUCT)
         index.train(sample)
-        self._empty = faiss.clone_index(index)
         self._delta = index
         self._add_to(index, self._pending)
         self._pending = []
@@ -169,24 +157,22 @@ class TokenIndex(CandidateIndex):
 
     # ------------------------------------------------------------ persistence
     def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
-        """Merge the saved and added entries, drop removed documents, renumber slots, write one new file, map it."""
+        """Write live vectors' codes (mapped and added) into one new index file, then map it back."""
         import faiss
 
         if self._delta is None:  # untrained: nothing worth saving; the next open rebuilds from the vectors
             return
-        # A copy of the mapped index, not its file: another process's save may have removed that file meanwhile.
-        merged = faiss.clone_index(self._base if self._base is not None else self._empty)
-        merged.merge_from(faiss.clone_index(self._delta), 0)
-        if self._dead:
-            merged.remove_ids(faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64)))
-        live = sorted(self._slot.values())
+        merged = faiss.clone_index(self._delta)
+        merged.reset()
+        live = list(self._slot.values())
         remap = np.full(len(self._ids), -1, dtype=np.int64)
-        remap[np.array(live, dtype=np.int64)] = np.arange(len(live))
-        _relabel(merged, remap)
+        remap[np.array(sorted(live), dtype=np.int64)] = np.arange(len(live))
+        for index in (self._base, self._delta):
+            if index is not None:
+                _copy_lists(index, merged, remap)
         snap = new_snapshot(folder)
         faiss.write_index(merged, str(snap / "ivf.faiss"))
-        faiss.write_index(self._empty, str(snap / "empty.faiss"))
-        publish_snapshot(snap, [self._ids[s] for s in live], {"version": _VERSION, "dim": self.dim}, extras)
+        publish_snapshot(snap, [self._ids[s] for s in sorted(live)], {"version": _VERSION, "dim": self.dim}, extras)
         self.load(folder)
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
@@ -198,26 +184,48 @@ class TokenIndex(CandidateIndex):
             if meta.get("version") != _VERSION or meta.get("dim") != self.dim:
                 return None
             base = faiss.read_index(str(snap / "ivf.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
-            empty = faiss.read_index(str(snap / "empty.faiss"))
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
             logger.info("saved token index in %s not used (%s)", folder, exc)
             return None
         self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
-        self._base, self._empty, self._pending = base, empty, []
-        self._delta = faiss.clone_index(empty)
+        self._base, self._delta, self._pending = base, _empty_like(base), []
         return extras
 
 
-def _relabel(index: Any, remap: np.ndarray) -> None:
-    """Renumber every entry's label through ``remap`` in place (an in-memory IVF index; all labels kept)."""
+def _empty_like(index: Any) -> Any:
+    """An empty in-memory IVF index with ``index``'s trained quantizer and codec (``index`` may be read-only)."""
     import faiss
 
-    invlists = index.invlists
-    for lst in range(index.nlist):
+    quantizer = faiss.IndexFlatIP(index.d)
+    centroids = faiss.rev_swig_ptr(faiss.downcast_index(index.quantizer).get_xb(), index.nlist * index.d)
+    quantizer.add(np.array(centroids, dtype=np.float32).reshape(index.nlist, index.d))
+    out = faiss.IndexIVFScalarQuantizer(quantizer, index.d, index.nlist, faiss.ScalarQuantizer.QT_4bit,
+                                        faiss.METRIC_INNER_PRODUCT)
+    out.sq = index.sq
+    out.is_trained = True
+    out.own_fields = True
+    quantizer.this.disown()
+    return out
+
+
+def _copy_lists(source: Any, target: Any, remap: np.ndarray) -> None:
+    """Append ``source``'s live entries to ``target`` list by list, labels renumbered by ``remap`` (-1: dropped)."""
+    import faiss
+
+    invlists, code_size = source.invlists, source.code_size
+    for lst in range(source.nlist):
         size = invlists.list_size(lst)
-        if size:
-            labels = faiss.rev_swig_ptr(invlists.get_ids(lst), size)
-            labels[:] = remap[labels]
+        if not size:
+            continue
+        labels = np.array(faiss.rev_swig_ptr(invlists.get_ids(lst), size), dtype=np.int64)
+        codes = np.array(faiss.rev_swig_ptr(invlists.get_codes(lst), size * code_size), dtype=np.uint8)
+        new = remap[labels]
+        keep = new >= 0
+        if keep.any():  # both arrays named: a pointer to a temporary would outlive it
+            kept_labels = np.ascontiguousarray(new[keep])
+            kept_codes = np.ascontiguousarray(codes.reshape(size, code_size)[keep])
+            target.invlists.add_entries(lst, len(kept_labels), faiss.swig_ptr(kept_labels), faiss.swig_ptr(kept_codes))
+    target.ntotal = sum(target.invlists.list_size(i) for i in range(target.nlist))
 
 
 def _pooled(vals: np.ndarray, labels: np.ndarray, n_slots: int, dead: set[int]) -> np.ndarray:
