@@ -196,14 +196,12 @@ def build_scale(args: argparse.Namespace, folder: Path) -> None:
                 jobs = [(args.seed, s, min(piece, start + size - s), args.scale_vectors) for s in range(start, start + size, piece)]
                 index.add_block([f"{start + i:032x}" for i in range(size)], np.concatenate(list(pool.map(_cone_summaries, jobs))))
                 index.save(folder)
-        queries_by_set: dict[str, list[np.ndarray]] = {}
         corpus = ConeCorpus(DIM, seed=args.seed)
         corpus.rng = np.random.default_rng((args.seed, args.scale_docs + 1))  # documents the index does not hold
         sets = corpus.query_sets([corpus.document(args.scale_vectors) for _ in range(args.scale_queries // 3)])
-        for name in ("para", "broad", "pad"):
-            queries_by_set[name] = sets[name]
-        queries = [q for name in ("para", "broad", "pad") for q in queries_by_set[name]]
-        (folder.parent / "query_sets.json").write_text(json.dumps([n for n in ("para", "broad", "pad") for _ in queries_by_set[n]]))
+        names = [name for name in ("para", "broad", "pad") for _ in sets[name]]
+        queries = [q for name in ("para", "broad", "pad") for q in sets[name]]
+        (folder.parent / "query_sets.json").write_text(json.dumps(names))
         np.save(folder.parent / "queries.npy", np.array(queries, dtype=object), allow_pickle=True)
         return
     rng = np.random.default_rng(args.seed)
@@ -261,28 +259,27 @@ def scale_reader(folder: Path) -> None:
     out["every_token_p90_ms"] = float(np.percentile(lat["every_token"], 90)) * 1e3
     out["merged_query_rows"] = merged_rows
     out["memory_after_queries_mb"] = _memory()
-    kept: dict[str, list[float]] = {"every_token": [], "merged": []}
-    step = max(1, len(queries) // 6)
-    for i in range(0, len(queries), step):  # the exact 16-centroid top 256, scoring every document (6 queries)
-        q = queries[i]
-        scores = index._score(torch.from_numpy(q).to(centroids.compute_dtype()), "fine", None)
-        exact = {index._ids[j] for j in np.argsort(-scores)[:256]}
-        for name in kept:
-            kept[name].append(len(exact & set(found[name][i])) / 256)
+    exact_tops: dict[int, set[str]] = {}
+
+    def keeps(i: int, name: str) -> float:
+        """Share of query ``i``'s exact 16-centroid top 256 (every document scored, once per query) a variant kept."""
+        if i not in exact_tops:
+            scores = index._score(torch.from_numpy(queries[i]).to(centroids.compute_dtype()), "fine", None)
+            exact_tops[i] = {index._ids[j] for j in np.argsort(-scores)[:256]}
+        return len(exact_tops[i] & set(found[name][i])) / 256
+
+    sampled = range(0, len(queries), max(1, len(queries) // 6))  # 6 queries: scoring every document is slow
+    kept = {name: [keeps(i, name) for i in sampled] for name in lat}
     out["coarse_pass_keeps"] = statistics.mean(kept["merged"])
     names_file = folder.parent / "query_sets.json"
-    if names_file.exists():  # per set: p50 of both variants (every query) and the keeps of every query
+    if names_file.exists():  # per set: p50 and keeps of both variants over every query of the set
         names = json.loads(names_file.read_text())
-        for name in dict.fromkeys(names):
-            rows = [i for i, n in enumerate(names) if n == name]
-            keeps = {k: [] for k in kept}
-            for i in rows:
-                scores = index._score(torch.from_numpy(queries[i]).to(centroids.compute_dtype()), "fine", None)
-                exact = {index._ids[j] for j in np.argsort(-scores)[:256]}
-                for k in keeps:
-                    keeps[k].append(len(exact & set(found[k][i])) / 256)
-            out[f"set_{name}"] = {f"{k}_{m}": v for k in kept for m, v in (
-                ("p50_ms", statistics.median(lat[k][i] for i in rows) * 1e3), ("keeps", statistics.mean(keeps[k])))}
+        for set_name in dict.fromkeys(names):
+            rows = [i for i, n in enumerate(names) if n == set_name]
+            out[f"set_{set_name}"] = {
+                f"{k}_{m}": v for k in lat for m, v in (
+                    ("p50_ms", statistics.median(lat[k][i] for i in rows) * 1e3),
+                    ("keeps", statistics.mean(keeps(i, k) for i in rows)))}
     out["every_token_coarse_pass_keeps"] = statistics.mean(kept["every_token"])
     print(json.dumps(out))
 
