@@ -23,10 +23,15 @@ fresh process as the store opens them (a memory map): open time, resident
 memory split into anonymous and file-backed pages, p50/p90 of ``top(q, 256)``
 for 20-30-token queries, and the share of the exact 16-centroid top 256 the
 coarse pass keeps (no document vectors exist at this size, so this is the
-first stage's own loss, not recall against MaxSim).
+first stage's own loss, not recall against MaxSim). Both for the coarse pass
+with every query token and with the merged query (``COARSE_QUERY_ROWS``),
+alternating query by query. ``--scale-generator cone`` summarises documents
+of the held-back generator instead (per-set figures for its para/broad/pad
+queries); ``--scale-folder`` keeps the built summaries for later runs.
 
     .venv/bin/python benchmarks/first_stage_bench.py                 # both parts
     .venv/bin/python benchmarks/first_stage_bench.py --skip-scale --docs 10000
+    .venv/bin/python benchmarks/first_stage_bench.py --skip-designs --scale-generator cone --scale-folder /tmp/s1m
 """
 
 from __future__ import annotations
