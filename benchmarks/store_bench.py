@@ -324,7 +324,8 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
 
     LanceDB's multivector table (flat: exact MaxSim in its engine; and with its IVF-PQ index) beside this
     store. Each row: insert rate, p50/p90 (query encoding excluded), recall@10, bytes per document on disk.
-    fast-plaid is left out: its wheels are built for torch <= 2.11 (this project runs 2.13).
+    fast-plaid runs when `--fast-plaid-python` names an interpreter that has it: its wheels are built for
+    torch <= 2.11 and this project runs 2.13, so it lives in its own environment (`fast_plaid_peer.py`).
     """
     import torch
 
@@ -366,6 +367,10 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
         store.close()
         row["bytes_per_doc"] = _bytes(Path(tmp) / "docpc") / n
         out["docpc-retrievers (embedded)"] = row
+        if args.fast_plaid_python:
+            out.update(_fast_plaid(args, docs, sets, truth, Path(tmp) / "fast-plaid"))
+        else:
+            out["fast-plaid"] = "not run (its wheels need torch <= 2.11: see --fast-plaid-python)"
         try:
             import lancedb
             import pyarrow as pa
@@ -392,6 +397,33 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
         row.update(measure(lambda q: table.search(q).limit(10).to_arrow()["id"].to_pylist()))
         row["bytes_per_doc"] = _bytes(Path(tmp) / "lance") / n
         out["lancedb multivector, IVF-PQ index"] = row
+    return out
+
+
+def _fast_plaid(args: argparse.Namespace, docs: list[np.ndarray], sets: dict[str, list[np.ndarray]],
+                truth: dict[str, list[set[int]]], folder: Path) -> dict[str, Any]:
+    """fast-plaid on the same vectors and queries, through `fast_plaid_peer.py` in its own interpreter."""
+    folder.mkdir(parents=True)
+    np.save(folder / "docs.npy", np.concatenate(docs).astype(np.float32))
+    np.save(folder / "lengths.npy", np.array([len(d) for d in docs]))
+    np.savez(folder / "queries.npz", **{f"{name}__{i}": q for name, qs in sets.items() for i, q in enumerate(qs)})
+    out: dict[str, Any] = {}
+    for nbits in args.fast_plaid_nbits:
+        shutil.rmtree(folder / "fast-plaid", ignore_errors=True)
+        cmd = [args.fast_plaid_python, str(Path(__file__).with_name("fast_plaid_peer.py")), str(folder),
+               "--nbits", str(nbits)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            out[f"fast-plaid, {nbits}-bit"] = f"failed: {done.stderr.strip().splitlines()[-1:]}"
+            continue
+        got = json.loads((folder / "result.json").read_text())
+        row: dict[str, Any] = {"insert_docs_per_s": len(docs) / got["build_s"], "bytes_per_doc": got["bytes"] / len(docs)}
+        for name, qs in sets.items():
+            answers = [got["queries"][f"{name}__{i}"] for i in range(len(qs))]
+            lat = [a["s"] for a in answers]
+            row[name] = {"p50_ms": statistics.median(lat) * 1e3, "p90_ms": float(np.percentile(lat, 90)) * 1e3,
+                         "recall10": statistics.mean(len(t & set(a["top10"])) / 10 for t, a in zip(truth[name], answers))}
+        out[f"fast-plaid, {nbits}-bit (CPU, {got['threads']} threads)"] = row
     return out
 
 
@@ -485,6 +517,8 @@ def main() -> None:
     )
     ap.add_argument("--peers", action="store_true", help="also run other engines on the same vectors (the [bench] extra)")
     ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")
+    ap.add_argument("--fast-plaid-python", help="an interpreter with fast-plaid installed (see fast_plaid_peer.py)")
+    ap.add_argument("--fast-plaid-nbits", type=int, nargs="+", default=[4, 2], help="fast-plaid residual bits to run")
     ap.add_argument("--reader", help=argparse.SUPPRESS)
     ap.add_argument("--phase", default="search", help=argparse.SUPPRESS)
     ap.add_argument("--host", help=argparse.SUPPRESS)
