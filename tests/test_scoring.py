@@ -102,3 +102,36 @@ def test_int8_scoring_equals_the_reference_on_the_dequantised_rows(equal_lengths
     q = _unit(rng, 7, 64)
     expected = np.array([maxsim_reference(q, d) for d in deq])
     np.testing.assert_allclose(maxsim_int8(q, rows, scales, lengths), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_tokens", [1, 7, 8, 25])
+def test_int8_query_products_shortlist_like_the_exact_scores(n_tokens: int) -> None:
+    """The int8 shortlisting pass: close to the exact int8 scores, same best document, any query length."""
+    import torch
+
+    from docpc_retrievers.scoring.maxsim import int8_products, maxsim_int8
+
+    rng = np.random.default_rng(5)
+    lengths = [int(n) for n in rng.integers(1, 40, 60)]
+    deq, rows, scales = _int8_docs(rng, lengths)
+    q = _unit(rng, n_tokens, 64)
+    exact = maxsim_int8(q, rows, scales, lengths)
+    try:
+        rough = maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    except RuntimeError:
+        pytest.skip("this torch build has no int8 matrix product")
+    assert rough.shape == exact.shape == (60,)
+    np.testing.assert_allclose(rough, exact, atol=2e-2 * n_tokens)
+    assert np.argmax(rough) == np.argmax(exact)
+    products = int8_products(q, torch.from_numpy(rows)).numpy() * scales.astype(np.float32)[:, None]
+    np.testing.assert_allclose(products, np.concatenate(deq) @ q.T, atol=1.5e-2)
+
+
+def test_the_shortlisting_product_is_measured_once() -> None:
+    import torch
+
+    from docpc_retrievers.store.search import exact
+
+    first = exact._fast_dtype()
+    assert first in (torch.int8, torch.bfloat16, torch.float32)
+    assert exact._fast_dtype() is first

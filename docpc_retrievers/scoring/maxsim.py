@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors"]
+__all__ = ["int8_products", "maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors"]
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -196,7 +196,8 @@ def maxsim_int8(
     dot products are its int8 products times its scale, so nothing is
     dequantised in memory; the product runs in float32 with torch (``dtype``:
     another torch dtype, e.g. bfloat16 for a fast approximate pass: int8 values
-    are exact in bfloat16, the query is rounded to 3 significant digits).
+    are exact in bfloat16, the query is rounded to 3 significant digits; or
+    ``torch.int8``: :func:`int8_products`, the query rounded to int8 per token).
     Returns ``[len(lengths)]`` float32.
     """
     import torch
@@ -206,11 +207,49 @@ def maxsim_int8(
     if min(lengths) < 1 or sum(lengths) != rows.shape[0]:
         raise ValueError("lengths must be >= 1 and add up to the number of rows")
     dtype = torch.float32 if dtype is None else dtype
-    q = torch.from_numpy(_as_matrix(query, "query")).to(dtype)
-    d = torch.from_numpy(np.ascontiguousarray(rows)).to(dtype)
-    sims = (d @ q.T).float() * torch.from_numpy(np.asarray(scales, dtype=np.float32))[:, None]  # [N, T]
+    query = _as_matrix(query, "query")
+    d = torch.from_numpy(np.ascontiguousarray(rows))
+    row_scales = torch.from_numpy(np.asarray(scales, dtype=np.float32))[:, None]
+    token_scales = None
+    if dtype is torch.int8:  # int32 products times the row scales in one pass; the token scales after the max
+        raw, token_scales = _int8_raw_products(query, d)
+        sims = raw * row_scales
+    else:
+        sims = (d.to(dtype) @ torch.from_numpy(query).to(dtype).T).float() * row_scales  # [N, T]
     if len(set(lengths)) == 1:
-        best = sims.view(len(lengths), lengths[0], q.shape[0]).amax(dim=1)
+        best = sims.view(len(lengths), lengths[0], query.shape[0]).amax(dim=1)
     else:
         best = torch.segment_reduce(sims, "max", lengths=torch.tensor(list(lengths)), axis=0)
+    if token_scales is not None:
+        best = best * token_scales[None, :]
     return best.sum(dim=1).numpy()
+
+
+def int8_products(query: np.ndarray, rows: Any) -> Any:
+    """Approximate products ``[N, T]`` (float32 torch) of int8 rows ``[N, dim]`` with a float query ``[T, dim]``.
+
+    The query is rounded to int8 with one scale per token (about the precision
+    bfloat16 gives it) and multiplied by the rows in int32 (``torch._int_mm``,
+    VNNI on x86): no pass converts the rows, which is what a bfloat16 product
+    over int8 rows spends most of its time on. For shortlisting only; the
+    caller multiplies by the rows' scales. RuntimeError where torch cannot.
+    """
+    raw, token_scales = _int8_raw_products(query, rows)
+    return raw.float() * token_scales[None, :]
+
+
+def _int8_raw_products(query: np.ndarray, rows: Any) -> tuple[Any, Any]:
+    """int32 products ``[N, T]`` of int8 rows with the int8-rounded query, and the query's token scales ``[T]``.
+
+    A token's scale is positive, so it can be applied after a max over rows.
+    """
+    import torch
+
+    q = np.asarray(query, dtype=np.float32)
+    peak = np.abs(q).max(axis=1)
+    token_scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    width = -(-q.shape[0] // 8) * 8  # _int_mm wants a multiple of 8 columns
+    q8 = np.zeros((width, q.shape[1]), dtype=np.int8)
+    q8[: q.shape[0]] = np.clip(np.rint(q / token_scales[:, None]), -127, 127)
+    out = torch._int_mm(rows, torch.from_numpy(q8).T.contiguous())  # [N, width] int32
+    return out[:, : q.shape[0]], torch.from_numpy(token_scales)

@@ -3,12 +3,13 @@
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
 reliably and cost less per candidate. Queries of a few tokens also take the
-token-level stage's candidates (tokens.py). The candidates are scored in
-bfloat16 (int8 rows are exact in it, the query is rounded), the best
+token-level stage's candidates (tokens.py). The candidates are scored
+approximately (the query rounded to int8 per token and multiplied with the
+int8 rows natively, or in bfloat16 where that is faster: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
 returns. On the skewed benchmark at 10,000 documents, 20-30-token queries
 about popular topics needed 768 candidates to hold 0.99 of the exact top 10
-(256 held 0.96); the bfloat16 pass makes that many affordable.
+(256 held 0.96); the approximate pass makes that many affordable.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ hold 0.87 of topic queries' exact top 10, its best 1,024 0.95; 4x (with the coar
 so the first stage costs what 2x did) raised recall@10 from 0.90 to 0.95 (hard) and 0.87 to 0.92 (topic) on the
 benchmark's 100k store, at p50 within the run-to-run noise except hard (about +30 ms)."""
 SHORTLIST_EXACT = 64
-"""Candidates the bfloat16 pass keeps for exact float32 scoring (at least 4x top_k)."""
+"""Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
 """Candidates scored per matrix product (bounds memory on exhaustive scans)."""
 _RETRIES = 4
@@ -117,7 +118,7 @@ class TwoStageSearch:
         """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates."""
         cand = pool if exhaustive or len(pool) <= n_cand else self.candidates(q, n_cand, allowed)
         keep = max(SHORTLIST_EXACT, 4 * top_k)
-        if not exhaustive and len(cand) > keep:  # a bfloat16 pass picks the few the exact pass scores
+        if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
             fast = np.concatenate([exact_scores(q, cand[s : s + SCORE_CHUNK], self.source, aggregate, fast=True)[0]
                                    for s in range(0, len(cand), SCORE_CHUNK)])
             cand = [cand[i] for i in np.argsort(-fast, kind="stable")[:keep] if fast[i] > -np.inf]
