@@ -111,8 +111,8 @@ def test_an_untrained_token_index_scores_every_vector_and_filters() -> None:
     assert index.top(query, 0) == [] and index.top(query, 5, allowed=set()) == []
 
 
-def test_the_bfloat16_pass_keeps_the_exact_top_and_returns_float32_scores(tmp_path: Path) -> None:
-    """200 candidates > the 64 the exact pass scores: the bfloat16 shortlist must still hold the exact top 10."""
+def test_the_approximate_pass_keeps_the_exact_top_and_returns_float32_scores(tmp_path: Path) -> None:
+    """200 candidates > the 64 the exact pass scores: the approximate (int8 or bfloat16) shortlist must still hold the exact top 10."""
     from docpc_retrievers.store.codec import dequantize, quantize
 
     rng = np.random.default_rng(4)

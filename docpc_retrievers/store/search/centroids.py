@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapsho
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CentroidIndex", "coarsen", "document_centroids", "merged_query"]
+__all__ = ["CentroidIndex", "coarsen", "compute_dtype", "document_centroids", "fastest", "merged_query"]
 
 COARSE_WIDTH = 4
 """Centroids per document in the coarse pass over a large index."""
@@ -117,21 +117,32 @@ def compute_dtype() -> Any:
     """
     global _COMPUTE_DTYPE
     if _COMPUTE_DTYPE is None:
-        import time
-
         import torch
 
-        timings = {}
-        for dtype in (torch.bfloat16, torch.float32):
-            m = torch.randn(65_536, 128).to(dtype)
-            q = torch.randn(24, 128).to(dtype)
-            q @ m.T
-            start = time.perf_counter()
-            for _ in range(3):
-                q @ m.T
-            timings[dtype] = time.perf_counter() - start
-        _COMPUTE_DTYPE = min(timings, key=timings.__getitem__)
+        operands = {dtype: (torch.randn(65_536, 128).to(dtype), torch.randn(24, 128).to(dtype))
+                    for dtype in (torch.bfloat16, torch.float32)}
+        _COMPUTE_DTYPE = fastest({dtype: (lambda m=m, q=q: q @ m.T) for dtype, (m, q) in operands.items()})
     return _COMPUTE_DTYPE
+
+
+def fastest(runs: Mapping[Any, Callable[[], object]], repeats: int = 3) -> Any:
+    """The key of the quickest of ``runs`` (each warmed up once, then timed ``repeats`` times).
+
+    A run that raises RuntimeError (an operation this build lacks) is left out; at least one must work.
+    """
+    import time
+
+    timings = {}
+    for key, run in runs.items():
+        try:
+            run()
+        except RuntimeError:
+            continue
+        start = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        timings[key] = time.perf_counter() - start
+    return min(timings, key=timings.__getitem__)
 
 
 class CentroidIndex(CandidateIndex):

@@ -59,32 +59,19 @@ def _fast_dtype() -> object:
 
     ``torch.int8`` (:func:`int8_products`: no conversion of the rows) where torch multiplies int8 natively,
     else bfloat16 where this CPU multiplies it faster than float32, else float32. On the 2-core benchmark
-    machine (AVX-512 VNNI) a 655-candidate pass took 44 ms in int8 against 101 ms in bfloat16.
+    machine (AVX-512 VNNI, one core) a 655-candidate pass took 32 ms in int8 against 69 ms in bfloat16.
     """
     global _FAST_DTYPE
     if _FAST_DTYPE is None:
-        import time
-
         import torch
 
-        from docpc_retrievers.store.search.centroids import compute_dtype
+        from docpc_retrievers.store.search.centroids import compute_dtype, fastest
 
-        rows = torch.randint(-127, 128, (32_768, 128), dtype=torch.int8)
+        rows = torch.randint(-127, 128, (65_536, 128), dtype=torch.int8)
         query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
         other = compute_dtype()
-        runs = {
+        _FAST_DTYPE = fastest({  # int8 is left out where this torch build has no int8 product (RuntimeError)
             torch.int8: lambda: int8_products(query, rows),
             other: lambda: (rows.to(other) @ torch.from_numpy(query).to(other).T).float(),
-        }
-        timings = {}
-        for dtype, run in runs.items():
-            try:
-                run()
-            except RuntimeError:  # no int8 product in this torch build
-                continue
-            start = time.perf_counter()
-            for _ in range(3):
-                run()
-            timings[dtype] = time.perf_counter() - start
-        _FAST_DTYPE = min(timings, key=timings.__getitem__)
+        }, repeats=5)
     return _FAST_DTYPE
