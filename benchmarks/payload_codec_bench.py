@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import DIM, SET_FILTERS, make_corpus  # noqa: E402
+from store_bench import DIM, SET_FILTERS, exact_top10, make_corpus  # noqa: E402
 
 from docpc_retrievers.store.codec import dequantize, quantize  # noqa: E402
 
@@ -83,10 +82,7 @@ def main() -> None:
     flat = np.concatenate(docs)
 
     def top10(x: np.ndarray) -> dict[str, list[set[int]]]:
-        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-        return {name: [set(torch.topk((torch.from_numpy(q) @ xt.T).view(len(q), len(docs), args.vectors)
-                                      .amax(2).sum(0), 10).indices.tolist()) for q in qs]
-                for name, qs in sets.items()}
+        return exact_top10(sets, x, len(docs), args.vectors)
 
     truth = top10(flat)
     residual = Residual(flat, args.centroids, args.seed)
