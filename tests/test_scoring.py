@@ -135,3 +135,68 @@ def test_the_shortlisting_product_is_measured_once() -> None:
     first = exact._fast_dtype()
     assert first in (torch.int8, torch.bfloat16, torch.float32)
     assert exact._fast_dtype() is first
+
+
+@pytest.mark.parametrize("n_tokens", [1, 5, 8, 25, 33])
+def test_both_int8_kernels_give_the_exact_integer_products(n_tokens: int) -> None:
+    """oneDNN's quantized layer and torch._int_mm agree with int64 products exactly, any query length."""
+    import torch
+
+    from docpc_retrievers.scoring import kernels
+
+    gen = torch.Generator().manual_seed(n_tokens)
+    rows = torch.randint(-127, 128, (1000, 128), dtype=torch.int8, generator=gen)
+    q8 = torch.randint(-127, 128, (n_tokens, 128), dtype=torch.int8, generator=gen).numpy()
+    expected = rows.to(torch.int64) @ torch.from_numpy(q8).to(torch.int64).T
+    assert torch.equal(kernels._int_mm(rows, q8).to(torch.int64), expected)
+    try:
+        onednn = kernels._onednn(rows, q8)
+    except (RuntimeError, AttributeError):
+        pytest.skip("this torch build has no oneDNN int8 layer")
+    assert onednn.shape == (1000, n_tokens)
+    assert torch.equal(onednn.to(torch.int64), expected)
+    assert torch.equal(kernels.int8_products_exact(rows, q8).to(torch.int64), expected)
+
+
+def test_a_packed_query_is_not_reused_for_another_query() -> None:
+    """The one-entry cache of packed queries: a new query (same shape, other values) is packed again."""
+    import torch
+
+    from docpc_retrievers.scoring import kernels
+
+    rows = torch.randint(-127, 128, (64, 128), dtype=torch.int8, generator=torch.Generator().manual_seed(1))
+    a = np.ones((3, 128), dtype=np.int8)
+    b = -a
+    try:
+        first, second = kernels._onednn(rows, a), kernels._onednn(rows, b)
+    except (RuntimeError, AttributeError):
+        pytest.skip("this torch build has no oneDNN int8 layer")
+    assert torch.equal(first, -second)
+    assert not torch.equal(first, second)
+
+
+def test_the_int8_kernel_is_measured_once() -> None:
+    from docpc_retrievers.scoring import kernels
+
+    first = kernels.int8_kernel()
+    assert first in (kernels._onednn, kernels._int_mm)
+    assert kernels.int8_kernel() is first
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 50, 10_000])
+def test_int8_shortlisting_in_chunks_scores_every_document_once(chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of whole documents (smaller than one document, splitting the list anywhere) change no score."""
+    import importlib
+
+    import torch
+
+    module = importlib.import_module("docpc_retrievers.scoring.maxsim")  # the package re-exports a function of that name
+    rng = np.random.default_rng(9)
+    lengths = [int(n) for n in rng.integers(1, 90, 40)]
+    _deq, rows, scales = _int8_docs(rng, lengths)
+    q = _unit(rng, 6, 64)
+    whole = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    monkeypatch.setattr(module, "INT8_CHUNK_ROWS", chunk_rows)
+    chunked = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    assert chunked.shape == (40,)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)

@@ -378,3 +378,28 @@ def test_multi_part_records_aggregate_max_mean_sum_like_a_hand_computed_referenc
             store.search(query, aggregate="median")
         with pytest.raises(ValueError, match="parts"):
             store.add(["c"], [doc_a], [{}], parts=[[1, 1]])
+
+
+def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documents(tmp_path: Path) -> None:
+    """The reader's row gather: cached and uncached documents alike give the stored int8 rows, in the order asked."""
+    import shutil
+
+    ids, docs = _fill(tmp_path / "s", n=12)
+    shutil.rmtree(tmp_path / "s" / "cache")  # nothing local: every first read comes from Chroma
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.count()
+        reader = store._view.reader
+        reader.rows(ids[:5])  # now cached; the rest still in Chroma alone
+        assert all(i in reader.cache for i in ids[:5]) and not any(i in reader.cache for i in ids[5:])
+        store.delete(["d007"])
+        asked = [ids[9], ids[0], "d007", ids[4], ids[11]]
+        kept, sizes, rows, scales = reader.rows(asked)
+        assert kept == [ids[9], ids[0], ids[4], ids[11]]
+        assert sizes == [len(docs[int(i[1:])]) for i in kept]
+        assert rows.dtype == np.int8 and rows.shape == (sum(sizes), DIM) and scales.shape == (sum(sizes),)
+        at = 0
+        for doc_id, n in zip(kept, sizes):
+            expected_rows, expected_scales = quantize(docs[int(doc_id[1:])])
+            np.testing.assert_array_equal(rows[at : at + n], expected_rows)
+            np.testing.assert_array_equal(scales[at : at + n], expected_scales)
+            at += n

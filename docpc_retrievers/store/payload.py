@@ -44,6 +44,31 @@ class VectorReader:
                 )
         return found
 
+    def rows(self, ids: Sequence[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+        """The documents of ``ids`` still stored, their row counts, their int8 rows ``[N, dim]`` one after another,
+        and the rows' scales ``[N]``.
+
+        Cached entries are copied once, from the mapped cache straight into the result; misses come from Chroma
+        as in :meth:`packed` (and are cached). A document deleted meanwhile is left out.
+        """
+        found: dict[str, np.ndarray | bytes] = dict(self.cache.views(ids))
+        missing = [doc_id for doc_id in ids if doc_id not in found]
+        if missing:
+            found.update(self.packed(missing))
+        kept = [doc_id for doc_id in ids if doc_id in found and doc_id in self.counts]
+        sizes = [self.counts[doc_id] for doc_id in kept]
+        rows = np.empty((sum(sizes), self.dim), dtype=np.int8)
+        scales = np.empty(sum(sizes), dtype="<f2")
+        at = 0
+        for doc_id, n in zip(kept, sizes):
+            data = np.frombuffer(found[doc_id], dtype=np.uint8)
+            if data.size < n * (self.dim + 2):
+                raise StoreError(f"store {self.path}: the vectors of document {doc_id} are truncated")
+            rows[at : at + n] = data[: n * self.dim].view(np.int8).reshape(n, self.dim)
+            scales[at : at + n] = data[n * self.dim : n * (self.dim + 2)].view("<f2")
+            at += n
+        return kept, sizes, rows, scales
+
     def unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """int8 rows ``[n, dim]``, scales ``[n]`` and anchors (or None) of one document."""
         return unpack_vectors(data, self.dim, self.counts[doc_id])

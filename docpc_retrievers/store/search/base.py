@@ -56,6 +56,10 @@ class VectorSource(Protocol):
     def packed(self, ids: Sequence[str]) -> dict[str, bytes]:
         """Packed vectors of ``ids`` (absent: deleted meanwhile; raise when a live record lacks them)."""
 
+    def rows(self, ids: Sequence[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+        """The ids still stored, their row counts, their int8 rows ``[N, dim]`` one document after another, and the
+        rows' scales ``[N]`` (a document deleted meanwhile is left out)."""
+
     def unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """int8 rows ``[n, dim]``, their scales ``[n]`` and anchors of one document."""
 

