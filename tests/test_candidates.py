@@ -47,8 +47,20 @@ def test_small_index_scores_every_summary_exactly() -> None:
     assert set(index.top(query, 20)) == set(_brute_top(query, summaries, 20))
 
 
+def test_an_index_under_the_full_scan_size_ranks_every_document_on_all_its_centroids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Below FULL_SCAN_MAX no coarse pass runs, however small the shortlist would be: the exact 16-centroid top n."""
+    monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    monkeypatch.setattr(candidates, "merged_query", lambda *_: pytest.fail("the coarse pass ran"))
+    index, summaries = _index(2000)
+    query = _unit(np.random.default_rng(8).standard_normal((24, DIM)))
+    assert set(index.top(query, 10)) == set(_brute_top(query, summaries, 10))
+
+
 def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 0)
     index, summaries = _index(2000)
     rng = np.random.default_rng(3)
     planted = _unit(rng.standard_normal((16, DIM)))
@@ -87,6 +99,7 @@ def test_a_long_query_uses_the_merged_query_in_the_coarse_pass_and_keeps_a_plant
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 0)
     calls: list[tuple[int, int]] = []
 
     def spy(query: np.ndarray, rows: int) -> np.ndarray:
@@ -117,6 +130,7 @@ def test_a_saved_index_opens_memory_mapped_and_gives_the_same_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+    monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 0)
     index, _ = _index(1500)
     index.remove(["d7", "d9"])
     query = _unit(np.random.default_rng(6).standard_normal((5, DIM)))
@@ -168,11 +182,19 @@ def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
     np.testing.assert_allclose(np.linalg.norm(cents, axis=1), 1.0, atol=1e-5)
 
 
-def test_queries_with_fewer_tokens_keep_more_candidates(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    search = TwoStageSearch(CentroidIndex(16, DIM), None, n_candidates=256)  # type: ignore[arg-type]
+@pytest.mark.parametrize("small", [True, False])
+def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer tokens keep more candidates, within [n_candidates, factor x n_candidates]; a small index doubles both."""
+    from docpc_retrievers.store.search import two_stage
+
+    index, _ = _index(40)
+    monkeypatch.setattr(two_stage, "SMALL_INDEX_DOCS", 40 if small else 39)
+    search = TwoStageSearch(index, None, n_candidates=256)  # type: ignore[arg-type]
+    scale = two_stage.SMALL_INDEX_SCALE if small else 1
     tokens = (1, 4, 10, 16, 24, 40, 64, 100, 400)
     counts = [search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in tokens]
     assert counts == sorted(counts, reverse=True)  # fewer tokens, more candidates
-    assert counts[0] == MAX_CANDIDATE_FACTOR * 256 and counts[-1] == 256  # within [n_candidates, factor x n_candidates]
+    assert counts[0] == scale * MAX_CANDIDATE_FACTOR * 256 and counts[-1] == 256
     for t, n in zip(tokens, counts):
-        assert n == min(MAX_CANDIDATE_FACTOR * 256, max(256, CANDIDATE_TOKEN_BUDGET // t))
+        assert n == min(scale * MAX_CANDIDATE_FACTOR * 256, max(256, scale * CANDIDATE_TOKEN_BUDGET // t))
+    assert len(set(counts)) > 2  # the budget, not only the bounds, decides some of them

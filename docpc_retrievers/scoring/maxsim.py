@@ -218,6 +218,10 @@ def maxsim_int8(
     return _segment_max(sims, list(lengths)).sum(dim=1).numpy()
 
 
+INT8_COLUMNS = 32
+"""The int8 pass pads the query to a multiple of this many tokens: torch's max over a document's rows of a
+``[rows, 32]`` block ran 16x faster than over ``[rows, 25]`` (0.06 against 0.95 ms per 32k rows), more than the
+padded products cost."""
 INT8_CHUNK_ROWS = 32_768
 """Rows per int8 product in :func:`maxsim_int8`: the ``[rows, T]`` products then stay in the CPU's cache while
 they are scaled and reduced (one product over 389,120 rows spent 4x longer in those passes than in the product)."""
@@ -231,17 +235,22 @@ def _maxsim_int8_products(query: np.ndarray, d: Any, row_scales: Any, lengths: l
     import torch
 
     q8, token_scales = _quantized_query(query)
+    t = q8.shape[0]
+    width = -(-t // INT8_COLUMNS) * INT8_COLUMNS
+    if width != t:  # zero tokens: their columns are dropped after the max
+        q8 = np.concatenate([q8, np.zeros((width - t, q8.shape[1]), dtype=np.int8)])
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    best = torch.empty((len(lengths), query.shape[0]), dtype=torch.float32)
+    best = torch.empty((len(lengths), width), dtype=torch.float32)
     first = 0
     while first < len(lengths):
         last = int(np.searchsorted(starts, starts[first] + INT8_CHUNK_ROWS, side="right")) - 1
         last = min(max(last, first + 1), len(lengths))
         lo, hi = int(starts[first]), int(starts[last])
-        sims = int8_products_exact(d[lo:hi], q8) * row_scales[lo:hi]
+        sims = int8_products_exact(d[lo:hi], q8)
+        sims = sims.mul_(row_scales[lo:hi]) if sims.dtype == torch.float32 else sims * row_scales[lo:hi]
         best[first:last] = _segment_max(sims, lengths[first:last])
         first = last
-    return (best * token_scales[None, :]).sum(dim=1).numpy()
+    return (best[:, :t] * token_scales[None, :]).sum(dim=1).numpy()
 
 
 def _segment_max(sims: Any, lengths: list[int]) -> Any:

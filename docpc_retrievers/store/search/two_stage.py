@@ -2,7 +2,8 @@
 
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
-reliably and cost less per candidate. Queries of a few tokens also take the
+reliably and cost less per candidate. Small indexes (``SMALL_INDEX_DOCS``)
+double the budget and the cap: their first stage leaves the time. Queries of a few tokens also take the
 token-level stage's candidates (tokens.py). The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster: exact.py), the best
@@ -34,6 +35,12 @@ MAX_CANDIDATE_FACTOR = 4
 hold 0.87 of topic queries' exact top 10, its best 1,024 0.95; 4x (with the coarse shortlist at 8 per candidate,
 so the first stage costs what 2x did) raised recall@10 from 0.90 to 0.95 (hard) and 0.87 to 0.92 (topic) on the
 benchmark's 100k store, at p50 within the run-to-run noise except hard (about +30 ms)."""
+SMALL_INDEX_DOCS = 32_768
+"""Indexes of at most this many documents keep ``SMALL_INDEX_SCALE`` times the candidates (budget and cap): their
+first stage costs 5-10 ms instead of 25-50 ms at 100k, and the time it leaves pays for the candidates that
+20-60-token queries about popular topics need (10k benchmark store: topic and long 0.983 -> 0.997, hard 0.997 ->
+1.000, at p50 45-85 ms)."""
+SMALL_INDEX_SCALE = 2
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
@@ -64,8 +71,9 @@ class TwoStageSearch:
 
     def candidates_for(self, query: np.ndarray) -> int:
         """Candidates to score exactly for a query of ``query.shape[0]`` tokens (see the module docstring)."""
-        most = MAX_CANDIDATE_FACTOR * self.n_candidates
-        return int(min(most, max(self.n_candidates, CANDIDATE_TOKEN_BUDGET // query.shape[0])))
+        scale = SMALL_INDEX_SCALE if len(self.first_stage) <= SMALL_INDEX_DOCS else 1
+        most = scale * MAX_CANDIDATE_FACTOR * self.n_candidates
+        return int(min(most, max(self.n_candidates, scale * CANDIDATE_TOKEN_BUDGET // query.shape[0])))
 
     def search(
         self,
@@ -106,10 +114,12 @@ class TwoStageSearch:
         tokens = self.token_stage() if self.token_stage is not None and q.shape[0] <= TOKEN_STAGE_MAX_TOKENS else None
         if tokens is None:
             return self.first_stage.top(q, n, allowed)
-        # A short query: the token stage ranks it well (0.99 of the exact top 10 in its first 256 on the benchmark),
-        # summaries poorly; each gives n_candidates, not the short-query budget, so the union stays cheap to score.
-        each = min(n, self.n_candidates)
-        return list(dict.fromkeys([*tokens.top(q, each, allowed), *self.first_stage.top(q, each, allowed)]))
+        # A short query: the token stage ranks it well, summaries poorly. The token stage gives up to
+        # MAX_CANDIDATE_FACTOR x n_candidates (on the benchmark's 100k store its best 256 held 0.97 of the exact top
+        # 10, its best 1,024 all of it, for 10 ms more; 10k: 0.977 -> 1.000), the summaries n_candidates.
+        from_tokens = min(n, MAX_CANDIDATE_FACTOR * self.n_candidates)
+        return list(dict.fromkeys([*tokens.top(q, from_tokens, allowed),
+                                   *self.first_stage.top(q, min(n, self.n_candidates), allowed)]))
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
