@@ -223,8 +223,9 @@ INT8_COLUMNS = 32
 ``[rows, 32]`` block ran 16x faster than over ``[rows, 25]`` (0.06 against 0.95 ms per 32k rows), more than the
 padded products cost."""
 INT8_CHUNK_ROWS = 32_768
-"""Rows per int8 product in :func:`maxsim_int8`: the ``[rows, T]`` products then stay in the CPU's cache while
-they are scaled and reduced (one product over 389,120 rows spent 4x longer in those passes than in the product)."""
+"""Rows per int8 product in :func:`maxsim_int8`: the ``[rows, T]`` products stay in the CPU's cache while they are
+scaled and reduced, and no product writes a fresh 39 MB output (one oneDNN call over 389,120 rows x 25 tokens took
+14.7 ms, twelve calls of 32k rows 2.6 ms)."""
 
 
 def _maxsim_int8_products(query: np.ndarray, d: Any, row_scales: Any, lengths: list[int]) -> np.ndarray:
