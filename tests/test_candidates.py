@@ -198,3 +198,27 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
     for t, n in zip(tokens, counts):
         assert n == min(scale * MAX_CANDIDATE_FACTOR * 256, max(256, scale * CANDIDATE_TOKEN_BUDGET // t))
     assert len(set(counts)) > 2  # the budget, not only the bounds, decides some of them
+
+
+def test_a_short_query_takes_more_token_stage_candidates_than_centroid_ones() -> None:
+    """Up to MAX_CANDIDATE_FACTOR x n_candidates from the token stage, n_candidates from the summaries, no duplicates."""
+    asked: dict[str, int] = {}
+
+    class Spy(CentroidIndex):
+        def __init__(self, name: str) -> None:
+            super().__init__(16, DIM)
+            self.name = name
+
+        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
+            asked[self.name] = n
+            return [f"{self.name}{i}" for i in range(n)] + ["shared"]
+
+    tokens, centroids = Spy("t"), Spy("c")
+    search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
+    short = np.zeros((3, DIM), dtype=np.float32)
+    found = search.candidates(short, search.candidates_for(short), None)
+    assert asked == {"t": MAX_CANDIDATE_FACTOR * 8, "c": 8}
+    assert len(found) == len(set(found)) == MAX_CANDIDATE_FACTOR * 8 + 8 + 1
+    asked.clear()
+    search.candidates(np.zeros((20, DIM), dtype=np.float32), 50, None)  # a long query: summaries alone
+    assert asked == {"c": 50}

@@ -3,8 +3,8 @@
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
 reliably and cost less per candidate. Small indexes (``SMALL_INDEX_DOCS``)
-double the budget and the cap: their first stage leaves the time. Queries of a few tokens also take the
-token-level stage's candidates (tokens.py). The candidates are scored
+double the budget and the cap: their first stage leaves the time. Queries of
+a few tokens also take the token-level stage's candidates (tokens.py). The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
