@@ -403,3 +403,10 @@ def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documen
             np.testing.assert_array_equal(rows[at : at + n], expected_rows)
             np.testing.assert_array_equal(scales[at : at + n], expected_scales)
             at += n
+        # A cache entry shorter than its record's rows is a miss: read from Chroma again, not an error.
+        name, offset, length = reader.cache._where[ids[0]]
+        reader.cache._where[ids[0]] = (name, offset, length - DIM)
+        kept, sizes, rows, _ = reader.rows([ids[0]])
+        assert kept == [ids[0]]
+        np.testing.assert_array_equal(rows, quantize(docs[0])[0])
+        assert reader.cache._where[ids[0]][2] == length  # cached again, whole

@@ -52,6 +52,11 @@ class VectorReader:
         as in :meth:`packed` (and are cached). A document deleted meanwhile is left out.
         """
         found: dict[str, np.ndarray | bytes] = dict(self.cache.views(ids))
+        short = [d for d, v in found.items() if d in self.counts and len(v) < self.counts[d] * (self.dim + 2)]
+        if short:  # a cache entry that does not hold its record's rows is a miss: asked from Chroma again below
+            self.cache.drop(short)
+            for doc_id in short:
+                del found[doc_id]
         missing = [doc_id for doc_id in ids if doc_id not in found]
         if missing:
             found.update(self.packed(missing))
