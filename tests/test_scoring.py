@@ -137,7 +137,7 @@ def test_the_shortlisting_product_is_measured_once() -> None:
     assert exact._fast_dtype() is first
 
 
-@pytest.mark.parametrize("n_tokens", [1, 5, 8, 25, 33])
+@pytest.mark.parametrize("n_tokens", [1, 5, 8, 25, 33, 300])
 def test_both_int8_kernels_give_the_exact_integer_products(n_tokens: int) -> None:
     """oneDNN's quantized layer and torch._int_mm agree with int64 products exactly, any query length."""
     import torch

@@ -60,7 +60,7 @@ def _onednn(rows: Any, q8: np.ndarray) -> Any:
 
     t = q8.shape[0]
     global _PACKED
-    key = q8.tobytes() + bytes(q8.shape)
+    key = (q8.shape, q8.tobytes())
     packed = _PACKED  # read once: another thread may replace it meanwhile
     if packed is None or packed[0] != key:  # a search multiplies one query by many chunks of rows: pack it once
         packed = _PACKED = (key, torch.ops.onednn.qlinear_prepack(torch.from_numpy(np.ascontiguousarray(q8)), None))
@@ -71,7 +71,7 @@ def _onednn(rows: Any, q8: np.ndarray) -> Any:
     )
 
 
-_PACKED: tuple[bytes, Any] | None = None
+_PACKED: tuple[tuple[tuple[int, ...], bytes], Any] | None = None
 """The last query packed for oneDNN: its bytes and shape, and the packed weight."""
 _FLOAT_EXACT_DIM = 1024
 """Widest vectors whose int8 products sum exactly in float32 (127 * 127 * 1,040 < 2**24)."""

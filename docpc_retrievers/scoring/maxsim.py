@@ -273,8 +273,8 @@ def int8_products(query: np.ndarray, rows: Any) -> Any:
     most of its time on. For shortlisting only; the
     caller multiplies by the rows' scales. RuntimeError where torch cannot.
     """
-    raw, token_scales = _int8_raw_products(query, rows)
-    return raw.float() * token_scales[None, :]
+    q8, token_scales = _quantized_query(query)
+    return int8_products_exact(rows, q8).float() * token_scales[None, :]
 
 
 def _quantized_query(query: np.ndarray) -> tuple[np.ndarray, Any]:
@@ -286,12 +286,3 @@ def _quantized_query(query: np.ndarray) -> tuple[np.ndarray, Any]:
     token_scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
     q8 = np.clip(np.rint(q / token_scales[:, None]), -127, 127).astype(np.int8)
     return q8, torch.from_numpy(token_scales)
-
-
-def _int8_raw_products(query: np.ndarray, rows: Any) -> tuple[Any, Any]:
-    """Integer products ``[N, T]`` of int8 rows with the int8-rounded query, and the query's token scales ``[T]``.
-
-    A token's scale is positive, so it can be applied after a max over rows.
-    """
-    q8, token_scales = _quantized_query(query)
-    return int8_products_exact(rows, q8), token_scales

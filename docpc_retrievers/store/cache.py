@@ -130,25 +130,9 @@ class VectorCache:
     # ---------------------------------------------------------------- vectors
     def get(self, doc_id: str) -> bytes | None:
         """Cached packed vectors of a document, or None (a miss, including any read failure)."""
-        where = self._where.get(doc_id)
-        if where is None:
-            return None
-        name, offset, length = where
-        try:
-            if self._file is not None and name == self._file_name:
-                self._file.flush()
-            mm = self._maps.get(name)
-            if mm is None or mm.shape[0] < offset + length:
-                mm = np.memmap(self.folder / name, dtype=np.uint8, mode="r")
-                self._maps[name] = mm
-            if mm.shape[0] < offset + length:
-                raise ValueError("short cache file")
-            return mm[offset : offset + length].tobytes()
-        except (OSError, ValueError):
-            self._where.pop(doc_id, None)
-            self._maps.pop(name, None)
-            self._dirty = True
-            return None
+        self._flush_for([doc_id])
+        view = self._view(doc_id)
+        return None if view is None else view.tobytes()
 
     def views(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
         """Read-only uint8 views of cached entries in the mapped files (misses left out), their reads issued together.
@@ -160,23 +144,12 @@ class VectorCache:
         wanted = [i for i in ids if i in self._where]
         if len(wanted) > 1:
             self._advise(wanted)
-        if self._file is not None and any(self._where[i][0] == self._file_name for i in wanted):
-            self._file.flush()
+        self._flush_for(wanted)
         out: dict[str, np.ndarray] = {}
         for doc_id in wanted:
-            name, offset, length = self._where[doc_id]
-            try:
-                mm = self._maps.get(name)
-                if mm is None or mm.shape[0] < offset + length:
-                    mm = self._maps[name] = np.memmap(self.folder / name, dtype=np.uint8, mode="r")
-                if mm.shape[0] < offset + length:
-                    raise ValueError("short cache file")
-            except (OSError, ValueError):
-                self._where.pop(doc_id, None)
-                self._maps.pop(name, None)
-                self._dirty = True
-                continue
-            out[doc_id] = mm[offset : offset + length]
+            view = self._view(doc_id)
+            if view is not None:
+                out[doc_id] = view
         return out
 
     def get_many(self, ids: Iterable[str]) -> dict[str, bytes]:
@@ -186,15 +159,31 @@ class VectorCache:
         page cache may hold; asking the kernel for every range first lets the
         disk serve them in parallel instead of one cold read after another.
         """
-        wanted = [i for i in ids if i in self._where]
-        if len(wanted) > 1:
-            self._advise(wanted)
-        out: dict[str, bytes] = {}
-        for doc_id in wanted:
-            data = self.get(doc_id)
-            if data is not None:
-                out[doc_id] = data
-        return out
+        return {doc_id: view.tobytes() for doc_id, view in self.views(ids).items()}
+
+    def _flush_for(self, ids: Iterable[str]) -> None:
+        """Flush this process's own file when one of ``ids`` lives in it (its last writes may still be buffered)."""
+        if self._file is not None and any(self._where.get(i, ("",))[0] == self._file_name for i in ids):
+            self._file.flush()
+
+    def _view(self, doc_id: str) -> np.ndarray | None:
+        """The mapped bytes of one entry, or None: unknown, or unreadable (then forgotten, so it is fetched again)."""
+        where = self._where.get(doc_id)
+        if where is None:
+            return None
+        name, offset, length = where
+        try:
+            mm = self._maps.get(name)
+            if mm is None or mm.shape[0] < offset + length:
+                mm = self._maps[name] = np.memmap(self.folder / name, dtype=np.uint8, mode="r")
+            if mm.shape[0] < offset + length:
+                raise ValueError("short cache file")
+        except (OSError, ValueError):
+            self._where.pop(doc_id, None)
+            self._maps.pop(name, None)
+            self._dirty = True
+            return None
+        return mm[offset : offset + length]
 
     def _advise(self, ids: Iterable[str]) -> None:
         """Start reading the ranges of ``ids`` into the page cache (a hint: failures are ignored)."""

@@ -23,6 +23,7 @@ __all__ = [
     "decode_int8",
     "dequantize",
     "encode_int8",
+    "int8_views",
     "join_payload",
     "pack_vectors",
     "quantize",
@@ -60,9 +61,14 @@ def decode_int8(data: bytes, dim: int) -> tuple[np.ndarray, np.ndarray]:
     n = len(data) // (dim + 2)
     if n * (dim + 2) != len(data):
         raise ValueError(f"{len(data)} bytes do not hold whole {dim}-dim int8 vectors")
-    q = np.frombuffer(data, dtype=np.int8, count=n * dim).reshape(n, dim)
-    scale = np.frombuffer(data, dtype="<f2", offset=n * dim, count=n)
-    return q, scale
+    return int8_views(data, dim, n)
+
+
+def int8_views(data: Any, dim: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Views (no copy) of the first ``n`` int8 rows ``[n, dim]`` and their float16 scales in a :func:`pack_vectors`
+    buffer (bytes or a uint8 array); ValueError if it is shorter."""
+    buf = np.frombuffer(data, dtype=np.uint8, count=n * (dim + 2))
+    return buf[: n * dim].view(np.int8).reshape(n, dim), buf[n * dim :].view("<f2")
 
 
 def pack_vectors(vectors: np.ndarray, anchors: np.ndarray | None = None) -> bytes:

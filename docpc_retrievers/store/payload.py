@@ -10,7 +10,7 @@ import numpy as np
 
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.cache import VectorCache
-from docpc_retrievers.store.codec import unpack_vectors
+from docpc_retrievers.store.codec import int8_views, unpack_vectors
 from docpc_retrievers.store.engine import ChromaEngine
 
 __all__ = ["VectorReader", "read_grid"]
@@ -66,11 +66,7 @@ class VectorReader:
         scales = np.empty(sum(sizes), dtype="<f2")
         at = 0
         for doc_id, n in zip(kept, sizes):
-            data = np.frombuffer(found[doc_id], dtype=np.uint8)
-            if data.size < n * (self.dim + 2):
-                raise StoreError(f"store {self.path}: the vectors of document {doc_id} are truncated")
-            rows[at : at + n] = data[: n * self.dim].view(np.int8).reshape(n, self.dim)
-            scales[at : at + n] = data[n * self.dim : n * (self.dim + 2)].view("<f2")
+            rows[at : at + n], scales[at : at + n] = int8_views(found[doc_id], self.dim, n)
             at += n
         return kept, sizes, rows, scales
 
