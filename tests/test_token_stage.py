@@ -52,7 +52,7 @@ def test_short_queries_take_the_token_stages_candidates_and_find_the_single_best
         assert view is not None and view.tokens is not None and view.tokens.trained
         short = view.search.candidates(query, 4, None)
         assert ids[planted] in short  # the token stage found it
-        assert set(view.index.top(query, 4)) <= set(short)  # the centroid candidates are kept too
+        assert short == view.tokens.top(query, 4)  # its candidates alone
         long_query = np.concatenate([query] * (TOKEN_STAGE_MAX_TOKENS // 2 + 1))
         assert view.search.candidates(long_query, 4, None) == view.index.top(long_query, 4)
         hits = store.search(query, top_k=3)
@@ -155,3 +155,127 @@ def test_saving_twice_keeps_every_document_findable_by_its_own_vector_after_remo
     for gone in (0, 9, 30, 105):
         assert ids[gone] not in reopened.top(docs[gone][:3], 50)
     assert ids[20] not in reopened.top(docs[20][:3], 1)  # its replaced vectors are gone
+
+
+def _trained(n_docs: int = 100, seed: int = 5) -> tuple[TokenIndex, list[str], list[np.ndarray]]:
+    docs, ids = _docs(n_docs, seed=seed), _ids(n_docs)
+    index = TokenIndex(DIM)
+    index.add(ids, docs)
+    assert index.trained
+    return index, ids, docs
+
+
+def test_the_packed_block_layout_is_faiss_own(small_lists: None) -> None:
+    """Unpacked codes are the product quantizer's own codes for the list's vectors, and repacking gives faiss's bytes."""
+    import faiss
+
+    from docpc_retrievers.store.search.packed_lists import layout_of
+
+    index, _, docs = _trained()
+    delta = index._delta
+    layout = layout_of(delta)
+    vectors = np.ascontiguousarray(np.concatenate(docs))
+    _, assigned = delta.quantizer.search(vectors, 1)
+    checked = 0
+    for lst in range(delta.nlist):
+        n = delta.invlists.list_size(lst)
+        if not n:
+            continue
+        blocks = -(-n // 32)
+        raw = np.array(faiss.rev_swig_ptr(delta.invlists.get_codes(lst), blocks * layout.block_size), dtype=np.uint8)
+        codes = layout.unpack(raw.reshape(blocks, layout.block_size))
+        assert np.array_equal(layout.pack(codes).reshape(-1), raw)
+        flat = np.zeros((n, delta.pq.code_size), dtype=np.uint8)
+        for j in range(layout.m):  # faiss's flat codes: sub-quantizer j in byte j // 2, low nibble first
+            flat[:, j // 2] |= (codes[:n, j] << (4 * (j % 2))).astype(np.uint8)
+        rows = np.flatnonzero(assigned[:, 0] == lst)  # a list keeps its vectors in the order they were added
+        assert np.array_equal(flat, delta.pq.compute_codes(vectors[rows]))
+        checked += 1
+    assert checked >= 4
+
+
+def test_pad_codes_score_below_every_entry_of_their_list(small_lists: None) -> None:
+    """A pad entry takes, per dimension, the value most opposed to its list's centroid: no real code scores lower."""
+    import faiss
+
+    from docpc_retrievers.store.search.packed_lists import (
+        layout_of,
+        list_entries,
+        pad_codes,
+    )
+
+    index, _, _ = _trained()
+    delta = index._delta
+    pads = pad_codes(delta)
+    values = faiss.vector_to_array(delta.pq.centroids).reshape(delta.pq.M, delta.pq.ksub)
+    centroids = np.array(faiss.rev_swig_ptr(faiss.downcast_index(delta.quantizer).get_xb(), delta.nlist * DIM),
+                         dtype=np.float32).reshape(delta.nlist, DIM)
+    layout = layout_of(delta)
+    for lst in range(delta.nlist):
+        _, codes = list_entries(delta, lst, layout)
+        if not len(codes):
+            continue
+        decoded = values[np.arange(DIM)[None, :], codes]  # [n, dim]
+        pad = values[np.arange(DIM), pads[lst]]
+        assert centroids[lst] @ pad <= (decoded @ centroids[lst]).min() + 1e-6
+
+
+def test_the_saved_index_is_mapped_and_answers_as_the_in_memory_one(tmp_path: Path, small_lists: None) -> None:
+    """Saved lists are faiss's on-disk (mapped) lists, padded to whole blocks, and searching them finds what memory found."""
+    import faiss
+
+    index, ids, docs = _trained(seed=6)
+    query = np.ascontiguousarray(_unit(docs[7][[0, 4, 9]] + 0.01))
+    before_vals, before_labels = index._search(index._delta, query, None)
+    index.save(tmp_path / "t")
+    assert isinstance(faiss.downcast_InvertedLists(index._base.invlists), faiss.OnDiskInvertedLists)
+    vals, labels = index._search(index._base, query, None)
+    for t in range(len(query)):  # the same live entries at the same scores (pads carry label -1)
+        got = {(int(label), round(float(v), 4)) for v, label in zip(vals[t], labels[t]) if label >= 0}
+        want = {(int(label), round(float(v), 4)) for v, label in zip(before_vals[t], before_labels[t]) if label >= 0}
+        assert got == want
+    assert index.top(query, 1) == [ids[7]]
+
+
+def test_an_older_token_stage_snapshot_is_rebuilt_not_read(tmp_path: Path, small_lists: None) -> None:
+    """A version-1 snapshot (4-bit scalar codes) is not mapped as if it were this format; the store rebuilds it."""
+    import json
+
+    docs, ids = _docs(80, seed=7), _ids(80)
+    query = _unit(docs[3][[1, 6]] + 0.01)
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids, docs, [{} for _ in ids])
+    folder = tmp_path / "s" / "cache" / "token_stage"
+    snap = folder / json.loads((folder / "current.json").read_text())["snapshot"]
+    meta = json.loads((snap / "meta.json").read_text())
+    (snap / "meta.json").write_text(json.dumps({**meta, "version": 1}))
+    assert TokenIndex(DIM).load(folder) is None
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
+        assert reader.count() == 80  # opens the view: the old snapshot is not taken
+        assert reader._view is not None and reader._view.tokens is None
+        assert reader.search(query, top_k=1)[0].id == ids[3]
+        assert reader._view.tokens is not None and len(reader._view.tokens) == 80
+    assert json.loads((folder / json.loads((folder / "current.json").read_text())["snapshot"] / "meta.json").read_text())[
+        "version"] == 2
+
+
+def test_a_moved_cache_still_maps_its_lists_and_prints_nothing(
+    tmp_path: Path, small_lists: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    docs, ids = _docs(80, seed=8), _ids(80)
+    query = _unit(docs[11][[2, 5]] + 0.01)
+    index = TokenIndex(DIM)
+    index.add(ids, docs)
+    index.save(tmp_path / "a")
+    expected = index.top(query, 5)
+    del index
+    shutil.move(tmp_path / "a", tmp_path / "b")  # the lists file's recorded path is gone
+    capfd.readouterr()
+    moved = TokenIndex(DIM)
+    assert moved.load(tmp_path / "b") is not None
+    assert moved.top(query, 5) == expected
+    moved.add([ids[0]], [docs[0]])
+    moved.save(tmp_path / "b")  # resizing the new lists file prints nothing either
+    assert capfd.readouterr().out == ""
