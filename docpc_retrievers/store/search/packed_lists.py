@@ -9,8 +9,10 @@ size, codes and ids; so each list is written there padded to whole blocks
 (pad entries labelled -1, coded to score low against the list's own
 centroid), and the scan reads the packed blocks straight from the map.
 
-The packed layout is faiss's own, learned once per code size by packing probe
-codes with the index's ``CodePacker``; nothing here hard-codes it.
+The packed layout is faiss's own, learned once per code shape by packing
+probe codes with the index's ``CodePacker``; only the flat codes' nibble
+order (sub-quantizer j in byte j // 2, low nibble first) is assumed, and a
+test checks it against the quantizer's own codes.
 """
 
 from __future__ import annotations
@@ -175,14 +177,20 @@ class quiet_stdout:
         import os
         import sys
 
-        sys.stdout.flush()
-        self._saved = os.dup(1)
-        self._null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(self._null, 1)
+        self._saved: int | None = None
+        try:
+            sys.stdout.flush()
+            saved = os.dup(1)
+        except (OSError, ValueError, AttributeError):  # no stdout to silence (closed, or a daemon's)
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        self._saved = saved
 
     def __exit__(self, *exc: object) -> None:
         import os
 
-        os.dup2(self._saved, 1)
-        os.close(self._saved)
-        os.close(self._null)
+        if self._saved is not None:
+            os.dup2(self._saved, 1)
+            os.close(self._saved)
