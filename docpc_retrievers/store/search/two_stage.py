@@ -15,7 +15,7 @@ about popular topics needed 768 candidates to hold 0.99 of the exact top 10
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
