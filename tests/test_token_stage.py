@@ -279,3 +279,23 @@ def test_a_moved_cache_still_maps_its_lists_and_prints_nothing(
     moved.add([ids[0]], [docs[0]])
     moved.save(tmp_path / "b")  # resizing the new lists file prints nothing either
     assert capfd.readouterr().out == ""
+
+
+def test_a_token_stage_trained_on_a_stores_first_documents_is_retrained_as_the_store_grows(
+    tmp_path: Path, small_lists: None
+) -> None:
+    """Lists trained on the first batch are rebuilt, on a sample of the whole store, once it holds 8x that batch."""
+    docs, ids = _docs(500, seed=9), _ids(500)
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids[:60], docs[:60], [{} for _ in range(60)])
+        view = store._view
+        assert view is not None and view.tokens is not None and view.tokens.trained
+        assert view.tokens.trained_on == 60 and not view.tokens.outgrown
+        store.add(ids[60:], docs[60:], [{} for _ in range(440)])
+        assert view.tokens.outgrown  # 500 >= 8 x 60
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:  # the writer's save rebuilt it
+        assert reader.count() == 500
+        tokens = reader._view.tokens  # type: ignore[union-attr]
+        assert tokens is not None and tokens.trained_on == 500 and not tokens.outgrown and len(tokens) == 500
+        query = _unit(docs[450][[1, 3]] + 0.01)
+        assert reader.search(query, top_k=1)[0].id == ids[450]

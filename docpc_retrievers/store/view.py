@@ -169,21 +169,26 @@ class StoreView:
     def _token_stage(self) -> TokenIndex | None:
         """The token-level stage, built from every stored vector the first time a query needs it (then saved)."""
         if self.tokens is None and self._tokens_wanted and self.n:
-            started = time.perf_counter()
-            tokens = TokenIndex(self.dim)
-            ids = list(self.n)
-            # In a random order: the lists train on the first few hundred documents added, and a store's
-            # first documents are often one batch about one subject (100k benchmark store, short queries:
-            # trained on the first 500, 0.98 of the exact top 10; on a random 500, see docs/store.md).
-            ids = [ids[i] for i in np.random.default_rng(0).permutation(len(ids))]
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                tokens.add(chunk, self._stored_vectors(chunk))
-            self.tokens = tokens
-            logger.info("built the token-level first stage of %s (%d documents) in %.1f s", self.path, len(ids),
-                        time.perf_counter() - started)
+            self.tokens = self._build_tokens()
             self.save()
         return self.tokens
+
+    def _build_tokens(self) -> TokenIndex:
+        """A token-level stage of every stored vector, its lists trained on a random sample of the documents."""
+        started = time.perf_counter()
+        tokens = TokenIndex(self.dim)
+        ids = list(self.n)
+        # In a random order: the lists train on the first few hundred documents added, and a store's
+        # first documents are often one batch about one subject (100k benchmark store, short queries:
+        # trained on the first 500, 0.98 of the exact top 10; on a random 500, 0.99: docs/store.md).
+        ids = [ids[i] for i in np.random.default_rng(0).permutation(len(ids))]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            tokens.add(chunk, self._stored_vectors(chunk))
+        tokens.trained_on = len(ids)
+        logger.info("built the token-level first stage of %s (%d documents) in %.1f s", self.path, len(ids),
+                    time.perf_counter() - started)
+        return tokens
 
     def _stored_vectors(self, ids: Sequence[str]) -> list[np.ndarray]:
         packed = self.reader.packed(ids)
@@ -205,6 +210,8 @@ class StoreView:
         self._added_since_save = 0
         try:
             self.index.save(self.cache.first_stage_dir, extras)
+            if self.tokens is not None and self.tokens.outgrown:  # lists trained on the first few documents
+                self.tokens = self._build_tokens()
             if self.tokens is not None:
                 self.tokens.save(self.cache.token_stage_dir, {"position": extras["position"]})
             (self.cache.folder / "first_stage.npz").unlink(missing_ok=True)  # where 0.2 kept it

@@ -57,6 +57,10 @@ PER_TOKEN = 4096
 and 1,024 were measured: docs/store.md)."""
 TRAIN_MIN = 40 * N_LISTS
 """Vectors needed before the lists are trained; below that, every vector is scored exactly."""
+RETRAIN_GROWTH = 8
+"""An index holding this many times the documents its lists were trained on is retrained (``outgrown``): lists trained
+on a store's first few hundred documents fit that first batch, not the store (`chroma run`, 100k documents added in
+order: short queries 0.96 of the exact top 10, against 0.99 for lists trained on a random sample)."""
 _VERSION = 2
 """1: 4-bit scalar codes in faiss's own mapped lists (rebuilt from the stored vectors on first need)."""
 _INDEX, _LISTS, _TRAINED = "ivf.faiss", "lists.ivfdata", "trained.faiss"
@@ -81,6 +85,8 @@ class TokenIndex(CandidateIndex):
         self._base: Any = None  # the mapped, read-only saved index
         self._delta: Any = None  # trained, in memory: documents added since the save
         self._trained: np.ndarray | None = None  # the trained, empty index, serialized: new deltas and saves start from it
+        self.trained_on = 0
+        """Documents the lists were trained to represent (those present at training, or a rebuild's whole store)."""
         self._pending: list[tuple[int, np.ndarray]] = []  # before training: (slot, vectors)
 
     def __len__(self) -> int:
@@ -88,6 +94,11 @@ class TokenIndex(CandidateIndex):
 
     def ids(self) -> list[str]:
         return list(self._slot)
+
+    @property
+    def outgrown(self) -> bool:
+        """Trained on a small part of what it now holds (``RETRAIN_GROWTH``): worth rebuilding from the stored vectors."""
+        return self.trained and len(self._slot) >= RETRAIN_GROWTH * max(self.trained_on, 1)
 
     @property
     def trained(self) -> bool:
@@ -126,6 +137,7 @@ class TokenIndex(CandidateIndex):
                                          faiss.METRIC_INNER_PRODUCT)
         index.train(sample)
         self._trained = faiss.serialize_index(index)
+        self.trained_on = len(self._slot)
         self._delta = index
         self._add_to(index, self._pending)
         self._pending = []
@@ -209,7 +221,8 @@ class TokenIndex(CandidateIndex):
         faiss.write_index(header, str(snap / _INDEX))
         del header, ondisk  # unmapped: the file is complete
         self._trained.tofile(snap / _TRAINED)
-        meta = {"version": _VERSION, "dim": self.dim, "lists": str((snap / _LISTS).resolve())}
+        meta = {"version": _VERSION, "dim": self.dim, "lists": str((snap / _LISTS).resolve()),
+                "trained_on": self.trained_on}
         publish_snapshot(snap, [self._ids[s] for s in sorted(live)], meta, extras)
         self.load(folder)
 
@@ -234,6 +247,7 @@ class TokenIndex(CandidateIndex):
             return None
         self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
         self._base, self._delta, self._trained, self._pending = base, delta, trained, []
+        self.trained_on = int(meta.get("trained_on", 0))  # not recorded: unknown, so rebuilt at the next save
         return extras
 
 
