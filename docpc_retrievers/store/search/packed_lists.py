@@ -17,7 +17,8 @@ test checks it against the quantizer's own codes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +97,12 @@ def list_entries(index: Any, lst: int, layout: BlockLayout) -> tuple[np.ndarray,
     """Labels ``[n]`` and codes ``[n, m]`` of one list, in memory or mapped (pad entries included, label -1)."""
     import faiss
 
-    invlists = index.invlists
-    n = invlists.list_size(lst)
-    if not n:
-        return np.empty(0, dtype=np.int64), np.empty((0, layout.m), dtype=np.uint8)
-    blocks = -(-n // BLOCK)
-    labels = np.array(faiss.rev_swig_ptr(invlists.get_ids(lst), n), dtype=np.int64)
-    packed = np.array(faiss.rev_swig_ptr(invlists.get_codes(lst), blocks * layout.block_size), dtype=np.uint8)
-    return labels, layout.unpack(packed.reshape(blocks, layout.block_size))[:n]
+    labels = list_labels(index, lst)
+    if not len(labels):
+        return labels, np.empty((0, layout.m), dtype=np.uint8)
+    blocks = -(-len(labels) // BLOCK)
+    packed = np.array(faiss.rev_swig_ptr(index.invlists.get_codes(lst), blocks * layout.block_size), dtype=np.uint8)
+    return labels, layout.unpack(packed.reshape(blocks, layout.block_size))[: len(labels)]
 
 
 def pad_codes(index: Any) -> np.ndarray:
@@ -119,9 +118,7 @@ def pad_codes(index: Any) -> np.ndarray:
     if pq.dsub != 1 or index.by_residual:
         return np.zeros((index.nlist, pq.M), dtype=np.uint8)
     values = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub)
-    quantizer = faiss.downcast_index(index.quantizer)
-    centroids = faiss.rev_swig_ptr(quantizer.get_xb(), index.nlist * index.d)
-    centroids = np.array(centroids, dtype=np.float32).reshape(index.nlist, index.d)
+    centroids = index.quantizer.reconstruct_n(0, index.nlist)
     return np.argmin(centroids[:, :, None] * values[None, :, :], axis=2).astype(np.uint8)
 
 
@@ -166,31 +163,27 @@ def list_labels(index: Any, lst: int) -> np.ndarray:
     return np.array(faiss.rev_swig_ptr(index.invlists.get_ids(lst), n), dtype=np.int64)
 
 
-class quiet_stdout:
+@contextmanager
+def quiet_stdout() -> Iterator[None]:
     """Silence the process's stdout file descriptor for the block: faiss's on-disk lists print from C++.
 
     Process-wide for its few microseconds (another thread's output then is lost);
     used around a file resize and a moved cache's first read only.
     """
+    import os
+    import sys
 
-    def __enter__(self) -> None:
-        import os
-        import sys
-
-        self._saved: int | None = None
-        try:
-            sys.stdout.flush()
-            saved = os.dup(1)
-        except (OSError, ValueError, AttributeError):  # no stdout to silence (closed, or a daemon's)
-            return
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.close(null)
-        self._saved = saved
-
-    def __exit__(self, *exc: object) -> None:
-        import os
-
-        if self._saved is not None:
-            os.dup2(self._saved, 1)
-            os.close(self._saved)
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no stdout to silence (closed, or a daemon's)
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
