@@ -269,7 +269,7 @@ def scale_reader(folder: Path) -> None:
     def keeps(i: int, name: str) -> float:
         """Share of query ``i``'s exact 16-centroid top 256 (every document scored, once per query) a variant kept."""
         if i not in exact_tops:
-            scores = index._score(torch.from_numpy(queries[i]).to(centroids.compute_dtype()), "fine", None)
+            scores = index._score(queries[i], "fine", None)
             exact_tops[i] = {index._ids[j] for j in np.argsort(-scores)[:256]}
         return len(exact_tops[i] & set(found[name][i])) / 256
 

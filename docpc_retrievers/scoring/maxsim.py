@@ -22,7 +22,7 @@ import numpy as np
 
 from docpc_retrievers.scoring.kernels import int8_products_exact
 
-__all__ = ["int8_products", "maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors"]
+__all__ = ["int8_products", "maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors", "quantized_query"]
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -235,7 +235,7 @@ def _maxsim_int8_products(query: np.ndarray, d: Any, row_scales: Any, lengths: l
     """
     import torch
 
-    q8, token_scales = _quantized_query(query)
+    q8, token_scales = quantized_query(query)
     t = q8.shape[0]
     width = -(-t // INT8_COLUMNS) * INT8_COLUMNS
     if width != t:  # zero tokens: their columns are dropped after the max
@@ -273,11 +273,11 @@ def int8_products(query: np.ndarray, rows: Any) -> Any:
     most of its time on. For shortlisting only; the
     caller multiplies by the rows' scales. RuntimeError where torch cannot.
     """
-    q8, token_scales = _quantized_query(query)
+    q8, token_scales = quantized_query(query)
     return int8_products_exact(rows, q8).float() * token_scales[None, :]
 
 
-def _quantized_query(query: np.ndarray) -> tuple[np.ndarray, Any]:
+def quantized_query(query: np.ndarray) -> tuple[np.ndarray, Any]:
     """The query rounded to int8 ``[T, dim]`` with one positive scale per token (torch ``[T]``)."""
     import torch
 

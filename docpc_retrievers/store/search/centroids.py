@@ -17,7 +17,8 @@ merged to ``COARSE_WIDTH``, 4x fewer rows) and only a shortlist with the full
 The summaries are saved in the local cache as raw files and opened as a
 memory map: a reader opens in the time it takes to read the id list, and
 its resident memory holds the pages the OS page cache holds, shared by every
-reader of the same cache folder.
+reader of the same cache folder. Where this CPU multiplies int8 faster, they
+are saved as int8 codes (summary_codes.py): half the bytes of bfloat16.
 """
 
 from __future__ import annotations
@@ -27,13 +28,20 @@ import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from docpc_retrievers.scoring.kernels import fastest
 from docpc_retrievers.store.search.base import CandidateIndex
 from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot, read_snapshot
+from docpc_retrievers.store.search.summary_codes import (
+    decode,
+    dimension_scales,
+    encode,
+    int8_is_faster,
+    late_interaction_int8,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +140,21 @@ def compute_dtype() -> Any:
     return _COMPUTE_DTYPE
 
 
+class _Segment(NamedTuple):
+    """Centroid-major summaries of a run of slots: fine ``[n_centroids, n, dim]``, coarse ``[coarse_width, n, dim]``.
+
+    Float tensors in compute_dtype(), or int8 codes with their per-dimension scales (``scales``: fine's, coarse's).
+    """
+
+    fine: Any
+    coarse: Any
+    scales: tuple[np.ndarray, np.ndarray] | None = None
+
+    def level(self, name: str) -> tuple[Any, np.ndarray | None]:
+        at = 0 if name == "fine" else 1
+        return self[at], None if self.scales is None else self.scales[at]
+
+
 class CentroidIndex(CandidateIndex):
     """``[n_docs, n_centroids, dim]`` centroid summaries scored by late interaction, held as torch tensors.
 
@@ -154,7 +177,7 @@ class CentroidIndex(CandidateIndex):
         # Centroid-major torch tensors in compute_dtype(): fine [n_centroids, n, dim] and coarse
         # [coarse_width, n, dim] per segment. Scoring one centroid slab at a time and taking an
         # elementwise maximum runs 1.8x faster than a max over a strided centroid axis.
-        self._segments: list[tuple[Any, Any]] = []
+        self._segments: list[_Segment] = []
         self._n_mapped = 0  # leading segments opened from a snapshot: never concatenated (that would copy them)
 
     def __len__(self) -> int:
@@ -199,35 +222,48 @@ class CentroidIndex(CandidateIndex):
         self._consolidate()
         snap = new_snapshot(folder)
         rows = np.flatnonzero(self._live)
-        dtype = _dtype_name(compute_dtype())
+        dtype = "int8" if int8_is_faster(compute_dtype()) else _dtype_name(compute_dtype())
+        meta: dict[str, Any] = {"version": _SNAPSHOT_VERSION, "dtype": dtype, "n_centroids": self.n_centroids,
+                                "coarse_width": self.coarse_width, "dim": self.dim}
         for level, width in (("fine", self.n_centroids), ("coarse", self.coarse_width)):
+            if dtype == "int8":  # one scale per dimension, from the level's largest magnitudes (a first pass)
+                peaks = np.zeros(self.dim, dtype=np.float32)
+                for c in range(width):
+                    peaks = np.maximum(peaks, self._gather(level, c, rows).abs().amax(dim=0).numpy() if rows.size else 0)
+                scales = dimension_scales(peaks)
+                meta[f"{level}_scales"] = scales.tolist()
             out = np.memmap(snap / f"{level}.bin", dtype=_NP_STORAGE[dtype], mode="w+", shape=(width, rows.size, self.dim))
             for c in range(width):  # one centroid slab at a time: memory stays at one slab
-                out[c] = _storage(self._gather(level, c, rows))
+                slab = self._gather(level, c, rows)
+                out[c] = encode(slab, scales) if dtype == "int8" else _storage(slab.to(compute_dtype()))
             out.flush()
             del out
-        publish_snapshot(snap, [self._ids[i] for i in rows], {"version": _SNAPSHOT_VERSION, "dtype": dtype,
-                         "n_centroids": self.n_centroids, "coarse_width": self.coarse_width, "dim": self.dim}, extras)
+        publish_snapshot(snap, [self._ids[i] for i in rows], meta, extras)
         self.load(folder)
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
         """Map the saved snapshot (nothing is read until a query touches it); its extras, or None."""
         try:
             snap, meta, ids, extras = read_snapshot(folder)
-            if meta.get("version") != _SNAPSHOT_VERSION or (meta["n_centroids"], meta["coarse_width"], meta["dim"]) != (
+            if meta.get("version") not in _READABLE or (meta["n_centroids"], meta["coarse_width"], meta["dim"]) != (
                 self.n_centroids, self.coarse_width, self.dim
             ):
                 return None
             n = len(ids)
             levels = [_mapped(snap / f"{lv}.bin", meta["dtype"], (w, n, self.dim))
                       for lv, w in (("fine", self.n_centroids), ("coarse", self.coarse_width))]
+            scales = None
+            if meta["dtype"] == "int8":
+                scales = tuple(np.asarray(meta[f"{lv}_scales"], dtype=np.float32) for lv in ("fine", "coarse"))
+                if any(s.shape != (self.dim,) for s in scales):
+                    raise ValueError("dimension scales do not match the index width")
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
             logger.info("saved first stage in %s not used (%s)", folder, exc)
             return None
         self._ids, self._slot = ids, {d: i for i, d in enumerate(ids)}
         self._live = np.ones(n, dtype=bool)
         self._blocks = []
-        self._segments = [(levels[0], levels[1])] if n else []
+        self._segments = [_Segment(levels[0], levels[1], scales)] if n else []
         self._n_mapped = len(self._segments)
         return extras
 
@@ -246,46 +282,48 @@ class CentroidIndex(CandidateIndex):
                 fine.append(torch.from_numpy(chunk).to(dtype).transpose(0, 1))
                 coarse.append(torch.from_numpy(coarsen(chunk, self.coarse_width)).to(dtype).transpose(0, 1))
         mapped = self._segments[: self._n_mapped]
-        fine = [s[0] for s in self._segments[self._n_mapped :]] + fine
-        coarse = [s[1] for s in self._segments[self._n_mapped :]] + coarse
-        self._segments = [*mapped, (torch.cat(fine, dim=1), torch.cat(coarse, dim=1))]
+        fine = [s.fine for s in self._segments[self._n_mapped :]] + fine
+        coarse = [s.coarse for s in self._segments[self._n_mapped :]] + coarse
+        self._segments = [*mapped, _Segment(torch.cat(fine, dim=1), torch.cat(coarse, dim=1))]
         self._blocks = []
 
     def _gather(self, level: str, c: int, rows: np.ndarray) -> Any:
-        """Slab ``c`` of a level for global ``rows`` (sorted), across segments: ``[len(rows), dim]``."""
+        """Slab ``c`` of a level for global ``rows`` (sorted), across segments, in float32: ``[len(rows), dim]``."""
         import torch
 
         parts, offset = [], 0
         for seg in self._segments:
-            mat = seg[0] if level == "fine" else seg[1]
+            mat, scales = seg.level(level)
             n = mat.shape[1]
             local = rows[(rows >= offset) & (rows < offset + n)] - offset
             if local.size:
-                parts.append(mat[c, torch.from_numpy(local)])
+                slab = mat[c, torch.from_numpy(local)]
+                parts.append(slab.float() if scales is None else decode(slab, scales))
             offset += n
-        return torch.cat(parts) if parts else torch.zeros((0, self.dim), dtype=compute_dtype())
+        return torch.cat(parts) if parts else torch.zeros((0, self.dim), dtype=torch.float32)
 
-    def _score(self, q: Any, level: str, rows: np.ndarray | None) -> np.ndarray:
-        """Late-interaction scores of ``rows`` (global slots, sorted; None: every slot) -> ``[len(rows)]``."""
+    def _score(self, query: np.ndarray, level: str, rows: np.ndarray | None) -> np.ndarray:
+        """Late-interaction scores of ``query [t, dim]`` (float32) for ``rows`` (global slots, sorted; None: every
+        slot) -> ``[len(rows)]``."""
         import torch
 
         out, offset = [], 0
-        for fine, coarse in self._segments:
-            mat = fine if level == "fine" else coarse
+        for seg in self._segments:
+            mat, scales = seg.level(level)
             n = mat.shape[1]
-            if rows is None:
-                out.append(_late_interaction(q, mat))
-            else:
-                local = rows[(rows >= offset) & (rows < offset + n)] - offset
-                if local.size:
-                    out.append(_late_interaction(q, mat if local.size == n else mat[:, torch.from_numpy(local)]))
+            local = None if rows is None else rows[(rows >= offset) & (rows < offset + n)] - offset
             offset += n
+            if local is not None and local.size == 0:
+                continue
+            part = mat if local is None or local.size == n else mat[:, torch.from_numpy(local)]
+            if scales is None:
+                out.append(_late_interaction(torch.from_numpy(np.asarray(query, dtype=np.float32)).to(mat.dtype), part))
+            else:
+                out.append(late_interaction_int8(query, part, scales))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
     def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
         """Ids of the ``n`` documents with the highest approximate MaxSim for ``query [t, dim]``."""
-        import torch
-
         self._consolidate()
         if n <= 0 or not self._slot:
             return []
@@ -298,13 +336,11 @@ class CentroidIndex(CandidateIndex):
         rows = np.flatnonzero(live)
         if rows.size == 0:
             return []
-        dtype = self._segments[0][0].dtype
-        q = torch.from_numpy(np.asarray(query, dtype=np.float32)).to(dtype)
+        q = np.asarray(query, dtype=np.float32)
         every = rows.size == live.size
         shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_CANDIDATE * n)
         if self.coarse_width < self.n_centroids and rows.size > max(2 * shortlist, FULL_SCAN_MAX):
-            merged = torch.from_numpy(merged_query(query, COARSE_QUERY_ROWS)).to(dtype)
-            approx = self._score(merged, "coarse", None if every else rows)
+            approx = self._score(merged_query(q, COARSE_QUERY_ROWS), "coarse", None if every else rows)
             rows = np.sort(rows[np.argpartition(-approx, shortlist - 1)[:shortlist]])
             every = False
         approx = self._score(q, "fine", None if every else rows)
@@ -312,8 +348,10 @@ class CentroidIndex(CandidateIndex):
         return [self._ids[rows[i]] for i in best]
 
 
-_SNAPSHOT_VERSION = 1
-_NP_STORAGE = {"bfloat16": np.uint16, "float32": np.float32}
+_SNAPSHOT_VERSION = 2
+"""2: int8 codes (``dtype`` "int8", with per-dimension scales) where this CPU scores them faster; 1: float only."""
+_READABLE = (1, 2)
+_NP_STORAGE = {"bfloat16": np.uint16, "float32": np.float32, "int8": np.int8}
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -337,6 +375,8 @@ def _mapped(path: Path, dtype: str, shape: tuple[int, int, int]) -> Any:
     with warnings.catch_warnings():  # read-only memory: torch warns that writes would fail; nothing writes
         warnings.simplefilter("ignore", UserWarning)
         t = torch.from_numpy(mm.view(np.int16) if dtype == "bfloat16" else mm)
+    if dtype == "int8":  # scored as codes wherever it is read (summary_codes.py)
+        return t
     if dtype == "bfloat16":
         t = t.view(torch.bfloat16)
     if t.dtype != compute_dtype():

@@ -1,0 +1,100 @@
+"""int8 codes for centroid summaries, scored by int8 products: half the bytes a query streams in bfloat16.
+
+The first stage streams every document's centroids for each query (410 MB per
+query at 100,000 documents in bfloat16). Stored as int8 with one scale per
+dimension for the whole index (centroids are unit vectors, so every dimension
+has a bounded range), a saved snapshot is half the size, and the products run
+on the CPU's int8 units (oneDNN or ``torch._int_mm``: scoring/kernels.py):
+16 centroids x 100,000 documents x 26 query tokens took 27 ms on two cores
+against 41 ms in bfloat16 (docs/store.md). The query absorbs the dimension
+scales (``<q, c> = sum_d (q_d s_d) code_d``) and is then rounded to int8 per
+token, as the candidates' approximate pass does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from docpc_retrievers.scoring.kernels import fastest, int8_products_exact, onednn_int8_available
+from docpc_retrievers.scoring.maxsim import quantized_query
+
+__all__ = ["CHUNK_DOCS", "decode", "dimension_scales", "encode", "int8_is_faster", "late_interaction_int8"]
+
+CHUNK_DOCS = 8192
+"""Documents scored per product: each centroid slab's ``[docs, tokens]`` products stay in the CPU's cache while the
+running maximum takes them (over all 100,000 at once, writing and re-reading the products cost more than the
+products themselves: 31 of 58 ms on one core)."""
+
+
+def dimension_scales(peaks: np.ndarray) -> np.ndarray:
+    """Scales ``[dim]`` mapping each dimension's largest magnitude ``peaks [dim]`` to 127 (1 where a dimension is all 0)."""
+    p = np.asarray(peaks, dtype=np.float32)
+    return np.where(p > 0, p / 127.0, 1.0).astype(np.float32)
+
+
+def encode(summaries: Any, scales: np.ndarray) -> np.ndarray:
+    """int8 codes ``[..., dim]`` of float summaries (numpy or torch) under per-dimension ``scales [dim]``."""
+    x = np.asarray(summaries.float().numpy() if hasattr(summaries, "numpy") else summaries, dtype=np.float32)
+    return np.clip(np.rint(x / scales), -127, 127).astype(np.int8)
+
+
+def decode(codes: Any, scales: np.ndarray) -> Any:
+    """Float32 torch summaries from int8 torch ``codes [..., dim]``."""
+    import torch
+
+    return codes.float() * torch.from_numpy(scales)
+
+
+def late_interaction_int8(query: np.ndarray, codes: Any, scales: np.ndarray) -> np.ndarray:
+    """``sum_t max_c <q_t, summary_c>`` for float ``query [t, dim]`` and int8 torch ``codes [c, docs, dim]`` -> ``[docs]``.
+
+    The token scales are positive, so they are applied after the max.
+    """
+    import torch
+
+    q8, token_scales = quantized_query(np.asarray(query, dtype=np.float32) * scales[None, :])
+    n = codes.shape[1]
+    out = np.empty(n, dtype=np.float32)
+    for start in range(0, n, CHUNK_DOCS):
+        stop = min(start + CHUNK_DOCS, n)
+        best = int8_products_exact(codes[0, start:stop], q8).float()
+        for slab in codes[1:]:
+            torch.maximum(best, int8_products_exact(slab[start:stop], q8).float(), out=best)
+        out[start:stop] = (best * token_scales[None, :]).sum(dim=1).numpy()
+    return out
+
+
+_INT8_FASTER: bool | None = None
+
+
+def int8_is_faster(float_dtype: Any) -> bool:
+    """Whether summaries are saved as int8 codes here rather than in ``float_dtype``.
+
+    Yes wherever torch has oneDNN's int8 products (x86 builds): a snapshot's format should not hang on one noisy
+    timing (on the 2-core benchmark machine int8 won 27-31 ms to 37-41 ms, but a loaded moment can flip a measurement).
+    Elsewhere, measured once: where torch has no int8 product, or emulates it slowly, summaries stay in float.
+    """
+    global _INT8_FASTER
+    if _INT8_FASTER is None:
+        if onednn_int8_available():
+            _INT8_FASTER = True
+            return True
+        import torch
+
+        gen = torch.Generator().manual_seed(0)
+        floats = torch.nn.functional.normalize(torch.randn(4, 16_384, 128, generator=gen), dim=2)
+        scales = dimension_scales(floats.abs().amax(dim=(0, 1)).numpy())
+        codes = torch.from_numpy(encode(floats, scales))
+        query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
+        mat, q = floats.to(float_dtype), torch.from_numpy(query).to(float_dtype)
+
+        def floating() -> object:
+            best = mat[0] @ q.T
+            for slab in mat[1:]:
+                torch.maximum(best, slab @ q.T, out=best)
+            return best.float().sum(dim=1)
+
+        _INT8_FASTER = fastest({True: lambda: late_interaction_int8(query, codes, scales), False: floating}) is True
+    return _INT8_FASTER
