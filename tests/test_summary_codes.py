@@ -39,12 +39,13 @@ def test_codes_round_trip_within_half_a_step_per_dimension() -> None:
     assert dimension_scales(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]  # an all-zero dimension divides by 1, not 0
 
 
-def test_int8_scores_follow_float_late_interaction() -> None:
-    x = _summaries(20_000)  # more than one chunk of documents
-    assert x.shape[1] > summary_codes.CHUNK_DOCS
+def test_int8_scores_follow_float_late_interaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summary_codes, "CHUNK_PRODUCTS", 1 << 16)
+    x = _summaries(20_000)
+    query = _unit(np.random.default_rng(1).standard_normal((20, DIM)))
+    assert x.shape[1] > max(summary_codes.CHUNK_DOCS_MIN, summary_codes.CHUNK_PRODUCTS // len(query))  # several chunks
     scales = dimension_scales(np.abs(x).max(axis=(0, 1)))
     codes = torch.from_numpy(encode(x, scales))
-    query = _unit(np.random.default_rng(1).standard_normal((20, DIM)))
     exact = np.einsum("td,cnd->ntc", query, x).max(axis=2).sum(axis=1)
     got = late_interaction_int8(query, codes, scales)
     assert got.shape == exact.shape
