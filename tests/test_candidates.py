@@ -189,19 +189,20 @@ def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
 
 @pytest.mark.parametrize("small", [True, False])
 def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fewer tokens keep more candidates, within [n_candidates, factor x n_candidates]; a small index doubles both."""
+    """Fewer tokens keep more candidates, within [n_candidates, factor x n_candidates]; a small index has a larger budget and twice the cap."""
     from docpc_retrievers.store.search import two_stage
 
     index, _ = _index(40)
     monkeypatch.setattr(two_stage, "SMALL_INDEX_DOCS", 40 if small else 39)
     search = TwoStageSearch(index, None, n_candidates=256)  # type: ignore[arg-type]
     scale = two_stage.SMALL_INDEX_SCALE if small else 1
+    budget = two_stage.SMALL_INDEX_BUDGET if small else CANDIDATE_TOKEN_BUDGET
     tokens = (1, 4, 10, 16, 24, 40, 64, 100, 400)
     counts = [search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in tokens]
     assert counts == sorted(counts, reverse=True)  # fewer tokens, more candidates
     assert counts[0] == scale * MAX_CANDIDATE_FACTOR * 256 and counts[-1] == 256
     for t, n in zip(tokens, counts):
-        assert n == min(scale * MAX_CANDIDATE_FACTOR * 256, max(256, scale * CANDIDATE_TOKEN_BUDGET // t))
+        assert n == min(scale * MAX_CANDIDATE_FACTOR * 256, max(256, budget // t))
     assert len(set(counts)) > 2  # the budget, not only the bounds, decides some of them
 
 

@@ -3,7 +3,7 @@
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
 reliably and cost less per candidate. Small indexes (``SMALL_INDEX_DOCS``)
-double the budget and the cap: their first stage leaves the time. Queries of
+have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take the token-level stage's candidates instead (tokens.py). The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster: exact.py), the best
@@ -26,8 +26,11 @@ from docpc_retrievers.store.search.exact import exact_scores
 
 __all__ = ["CANDIDATE_TOKEN_BUDGET", "Hit", "TwoStageSearch", "check_queries"]
 
-CANDIDATE_TOKEN_BUDGET = 16384
-"""Query tokens x candidates scored exactly, when more than ``n_candidates`` (16 or more tokens keep 256)."""
+CANDIDATE_TOKEN_BUDGET = 24576
+"""Query tokens x candidates scored exactly, when more than ``n_candidates`` (96 or more tokens keep 256). Was 16,384
+until the first stage moved to int8 codes (summary_codes.py); the 10-20 ms that saved at 100,000 documents now pay
+for more candidates: 26-token topic queries keep 945 instead of 630, and recall@10 on the benchmark's 100k topic
+set went from 0.93 to 0.96 (p50 66-79 -> 78-83 ms; usual 62-71 -> 79-82, long 72-80 -> 83-85, all still 1.000)."""
 TOKEN_STAGE_MAX_TOKENS = 7
 """Queries of at most this many tokens take the token-level stage's candidates (summaries rank them poorly)."""
 MAX_CANDIDATE_FACTOR = 4
@@ -36,10 +39,12 @@ hold 0.87 of topic queries' exact top 10, its best 1,024 0.95; 4x (with the coar
 so the first stage costs what 2x did) raised recall@10 from 0.90 to 0.95 (hard) and 0.87 to 0.92 (topic) on the
 benchmark's 100k store, at p50 within the run-to-run noise except hard (about +30 ms)."""
 SMALL_INDEX_DOCS = 32_768
-"""Indexes of at most this many documents keep ``SMALL_INDEX_SCALE`` times the candidates (budget and cap): their
-first stage costs 5-10 ms instead of 25-50 ms at 100k, and the time it leaves pays for the candidates that
-20-60-token queries about popular topics need (10k benchmark store: topic and long 0.983 -> 0.997, hard 0.997 ->
-1.000, at p50 45-85 ms)."""
+"""Indexes of at most this many documents keep more candidates (``SMALL_INDEX_BUDGET``, and ``SMALL_INDEX_SCALE``
+times the cap): their first stage costs 5-10 ms instead of 25-50 ms at 100k, and the time it leaves pays for the
+candidates that 20-60-token queries about popular topics need (10k benchmark store: topic and long 0.983 -> 0.997,
+hard 0.997 -> 1.000, at p50 45-85 ms)."""
+SMALL_INDEX_BUDGET = 32768
+"""``CANDIDATE_TOKEN_BUDGET`` of a small index."""
 SMALL_INDEX_SCALE = 2
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
@@ -71,9 +76,10 @@ class TwoStageSearch:
 
     def candidates_for(self, query: np.ndarray) -> int:
         """Candidates to score exactly for a query of ``query.shape[0]`` tokens (see the module docstring)."""
-        scale = SMALL_INDEX_SCALE if len(self.first_stage) <= SMALL_INDEX_DOCS else 1
-        most = scale * MAX_CANDIDATE_FACTOR * self.n_candidates
-        return int(min(most, max(self.n_candidates, scale * CANDIDATE_TOKEN_BUDGET // query.shape[0])))
+        small = len(self.first_stage) <= SMALL_INDEX_DOCS
+        most = (SMALL_INDEX_SCALE if small else 1) * MAX_CANDIDATE_FACTOR * self.n_candidates
+        budget = SMALL_INDEX_BUDGET if small else CANDIDATE_TOKEN_BUDGET
+        return int(min(most, max(self.n_candidates, budget // query.shape[0])))
 
     def search(
         self,
