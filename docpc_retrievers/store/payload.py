@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class VectorReader:
                  counts: Mapping[str, int], parts: Mapping[str, tuple[int, ...]]) -> None:
         self.engine, self.cache, self.path, self.dim = engine, cache, path, dim
         self.counts, self._parts = counts, parts
+        self._local = threading.local()
 
     def packed(self, ids: Sequence[str]) -> dict[str, bytes]:
         """Packed vectors of ``ids``; absent for documents deleted meanwhile (StoreError if a live one lacks them)."""
@@ -49,7 +51,8 @@ class VectorReader:
         and the rows' scales ``[N]``.
 
         Cached entries are copied once, from the mapped cache straight into the result; misses come from Chroma
-        as in :meth:`packed` (and are cached). A document deleted meanwhile is left out.
+        as in :meth:`packed` (and are cached). A document deleted meanwhile is left out. The rows and scales are
+        this thread's scratch buffers: valid until its next call (exact scoring multiplies them at once).
         """
         found: dict[str, np.ndarray | bytes] = dict(self.cache.views(ids))
         short = [d for d, v in found.items() if d in self.counts and len(v) < self.counts[d] * (self.dim + 2)]
@@ -62,13 +65,24 @@ class VectorReader:
             found.update(self.packed(missing))
         kept = [doc_id for doc_id in ids if doc_id in found and doc_id in self.counts]
         sizes = [self.counts[doc_id] for doc_id in kept]
-        rows = np.empty((sum(sizes), self.dim), dtype=np.int8)
-        scales = np.empty(sum(sizes), dtype="<f2")
-        at = 0
-        for doc_id, n in zip(kept, sizes):
-            rows[at : at + n], scales[at : at + n] = int8_views(found[doc_id], self.dim, n)
-            at += n
+        total = sum(sizes)
+        rows, scales = self._scratch(total)
+        if kept:
+            views = [int8_views(found[doc_id], self.dim, n) for doc_id, n in zip(kept, sizes)]
+            np.concatenate([v[0] for v in views], out=rows)
+            np.concatenate([v[1] for v in views], out=scales)
         return kept, sizes, rows, scales
+
+    def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's reusable ``[n, dim]`` int8 rows and ``[n]`` scales (grown as needed, never shrunk).
+
+        Why: a fresh 50 MB array per 1,024 candidates is fresh pages the kernel maps in on first write; copying
+        into pages already mapped took 9 ms instead of 17 (hard queries at 100k).
+        """
+        buf = getattr(self._local, "buf", None)
+        if buf is None or buf[0].shape[0] < n:
+            buf = self._local.buf = (np.empty((max(n, 1), self.dim), dtype=np.int8), np.empty(max(n, 1), dtype="<f2"))
+        return buf[0][:n], buf[1][:n]
 
     def unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """int8 rows ``[n, dim]``, scales ``[n]`` and anchors (or None) of one document."""

@@ -58,7 +58,8 @@ class VectorSource(Protocol):
 
     def rows(self, ids: Sequence[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
         """The ids still stored, their row counts, their int8 rows ``[N, dim]`` one document after another, and the
-        rows' scales ``[N]`` (a document deleted meanwhile is left out)."""
+        rows' scales ``[N]`` (a document deleted meanwhile is left out). The arrays may be reused by the calling
+        thread's next call."""
 
     def unpacked(self, doc_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """int8 rows ``[n, dim]``, their scales ``[n]`` and anchors of one document."""
