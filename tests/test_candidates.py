@@ -9,9 +9,18 @@ import numpy as np
 import pytest
 
 from docpc_retrievers.store.search import centroids as candidates
-from docpc_retrievers.store.search.centroids import CentroidIndex, coarsen, document_centroids, merged_query
+from docpc_retrievers.store.search.centroids import (
+    CentroidIndex,
+    coarsen,
+    document_centroids,
+    merged_query,
+)
 from docpc_retrievers.store.search.summary_codes import int8_is_faster
-from docpc_retrievers.store.search.two_stage import CANDIDATE_TOKEN_BUDGET, MAX_CANDIDATE_FACTOR, TwoStageSearch
+from docpc_retrievers.store.search.two_stage import (
+    CANDIDATE_TOKEN_BUDGET,
+    MAX_CANDIDATE_FACTOR,
+    TwoStageSearch,
+)
 
 DIM = 32
 

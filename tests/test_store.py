@@ -410,3 +410,21 @@ def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documen
         assert kept == [ids[0]]
         np.testing.assert_array_equal(rows, quantize(docs[0])[0])
         assert reader.cache._where[ids[0]][2] == length  # cached again, whole
+
+
+def test_row_gathers_reuse_a_bounded_scratch_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread's gathers share one buffer (fresh pages cost more than the copy), but never one above SCRATCH_ROWS."""
+    from docpc_retrievers.store import payload
+
+    ids, docs = _fill(tmp_path / "s", n=6)
+    with MultiVectorStore(tmp_path / "s") as store:
+        store.count()
+        reader = store._view.reader
+        first = reader.rows(ids[:3])[2]
+        second = reader.rows(ids[3:5])[2]
+        assert np.shares_memory(first, second)  # the same scratch rows
+        np.testing.assert_array_equal(second[: len(docs[3])], quantize(docs[3])[0])
+        monkeypatch.setattr(payload, "SCRATCH_ROWS", len(docs[0]))
+        big = reader.rows(ids)[2]
+        assert not np.shares_memory(big, second)  # larger than the cap: its own arrays
+        np.testing.assert_array_equal(big[: len(docs[0])], quantize(docs[0])[0])

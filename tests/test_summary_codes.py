@@ -12,7 +12,12 @@ import torch
 from docpc_retrievers.store.search import centroids as candidates
 from docpc_retrievers.store.search import summary_codes
 from docpc_retrievers.store.search.centroids import CentroidIndex
-from docpc_retrievers.store.search.summary_codes import decode, dimension_scales, encode, late_interaction_int8
+from docpc_retrievers.store.search.summary_codes import (
+    decode,
+    dimension_scales,
+    encode,
+    late_interaction_int8,
+)
 
 DIM = 128
 

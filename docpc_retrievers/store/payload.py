@@ -14,7 +14,11 @@ from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import int8_views, unpack_vectors
 from docpc_retrievers.store.engine import ChromaEngine
 
-__all__ = ["VectorReader", "read_grid"]
+__all__ = ["SCRATCH_ROWS", "VectorReader", "read_grid"]
+
+SCRATCH_ROWS = 1 << 20
+"""Most rows a reader's thread keeps in its scratch buffer between searches (128 MiB at 128 dimensions): 1,024
+candidates of a grid store are about 400k rows; larger gathers get fresh arrays."""
 
 
 class VectorReader:
@@ -79,6 +83,8 @@ class VectorReader:
         Why: a fresh 50 MB array per 1,024 candidates is fresh pages the kernel maps in on first write; copying
         into pages already mapped took 9 ms instead of 17 (hard queries at 100k).
         """
+        if n > SCRATCH_ROWS:  # a rare, large gather (many-page records): fresh arrays, not kept
+            return np.empty((n, self.dim), dtype=np.int8), np.empty(n, dtype="<f2")
         buf = getattr(self._local, "buf", None)
         if buf is None or buf[0].shape[0] < n:
             buf = self._local.buf = (np.empty((max(n, 1), self.dim), dtype=np.int8), np.empty(max(n, 1), dtype="<f2"))

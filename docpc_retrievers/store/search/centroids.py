@@ -34,7 +34,11 @@ import numpy as np
 
 from docpc_retrievers.scoring.kernels import fastest
 from docpc_retrievers.store.search.base import CandidateIndex
-from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot, read_snapshot
+from docpc_retrievers.store.search.snapshot import (
+    new_snapshot,
+    publish_snapshot,
+    read_snapshot,
+)
 from docpc_retrievers.store.search.summary_codes import (
     decode,
     dimension_scales,

@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from docpc_retrievers.scoring.kernels import fastest, int8_products_exact, onednn_int8_available
+from docpc_retrievers.scoring.kernels import (
+    fastest,
+    int8_products_exact,
+    onednn_int8_available,
+)
 from docpc_retrievers.scoring.maxsim import quantized_query
 
 __all__ = ["CHUNK_PRODUCTS", "decode", "dimension_scales", "encode", "int8_is_faster", "late_interaction_int8"]
