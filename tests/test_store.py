@@ -428,3 +428,5 @@ def test_row_gathers_reuse_a_bounded_scratch_buffer(tmp_path: Path, monkeypatch:
         big = reader.rows(ids)[2]
         assert not np.shares_memory(big, second)  # larger than the cap: its own arrays
         np.testing.assert_array_equal(big[: len(docs[0])], quantize(docs[0])[0])
+        third = reader.rows(ids[:1])[2]
+        assert np.shares_memory(third, second) and not np.shares_memory(third, big)  # and they were not kept
