@@ -216,24 +216,35 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
 
 
 def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
-    """Up to MAX_CANDIDATE_FACTOR x n_candidates from the token stage and none from the summaries; long ones the reverse."""
-    asked: dict[str, int] = {}
+    """Short: up to MAX_CANDIDATE_FACTOR x n_candidates from the token stage alone; mixed: some of each; long: summaries."""
+    from docpc_retrievers.store.search import two_stage
+
+    asked: dict[str, tuple[int, int | None]] = {}
 
     class Spy(CentroidIndex):
         def __init__(self, name: str) -> None:
             super().__init__(16, DIM)
             self.name = name
 
-        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
-            asked[self.name] = n
+        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None) -> list[str]:
+            asked[self.name] = (n, probes)
             return [f"{self.name}{i}" for i in range(n)] + ["shared"]
 
     tokens, centroids = Spy("t"), Spy("c")
     search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
     short = np.zeros((3, DIM), dtype=np.float32)
     found = search.candidates(short, search.candidates_for(short), None)
-    assert asked == {"t": MAX_CANDIDATE_FACTOR * 8}
+    assert asked == {"t": (MAX_CANDIDATE_FACTOR * 8, None)}
     assert found == [f"t{i}" for i in range(MAX_CANDIDATE_FACTOR * 8)] + ["shared"]
     asked.clear()
-    search.candidates(np.zeros((20, DIM), dtype=np.float32), 50, None)  # a long query: summaries alone
-    assert asked == {"c": 50}
+    mixed = np.zeros((two_stage.MIXED_MAX_TOKENS, DIM), dtype=np.float32)
+    found = search.candidates(mixed, 600, None)  # the token stage's best 256, the summaries' best 600 - 257
+    t = two_stage.MIXED_TOKEN_CANDIDATES
+    assert asked == {"t": (t, two_stage.MIXED_PROBES), "c": (600 - t - 1, None)}
+    assert found == [f"t{i}" for i in range(t)] + ["shared"] + [f"c{i}" for i in range(600 - t - 1)]  # "shared" once
+    asked.clear()
+    search.candidates(mixed, 40, None)  # few candidates asked: at most half from the token stage
+    assert asked == {"t": (20, two_stage.MIXED_PROBES), "c": (19, None)}
+    asked.clear()
+    search.candidates(np.zeros((two_stage.MIXED_MAX_TOKENS + 1, DIM), dtype=np.float32), 50, None)  # summaries alone
+    assert asked == {"c": (50, None)}

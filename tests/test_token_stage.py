@@ -10,7 +10,7 @@ import pytest
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.store.search import tokens as token_module
 from docpc_retrievers.store.search.tokens import TokenIndex
-from docpc_retrievers.store.search.two_stage import TOKEN_STAGE_MAX_TOKENS
+from docpc_retrievers.store.search.two_stage import MIXED_MAX_TOKENS
 
 pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
@@ -53,7 +53,7 @@ def test_short_queries_take_the_token_stages_candidates_and_find_the_single_best
         short = view.search.candidates(query, 4, None)
         assert ids[planted] in short  # the token stage found it
         assert short == view.tokens.top(query, 4)  # its candidates alone
-        long_query = np.concatenate([query] * (TOKEN_STAGE_MAX_TOKENS // 2 + 1))
+        long_query = np.concatenate([query] * (MIXED_MAX_TOKENS // 2 + 1))  # past the mixed queries
         assert view.search.candidates(long_query, 4, None) == view.index.top(long_query, 4)
         hits = store.search(query, top_k=3)
         exact = {h.id: h.score for h in store.search(query, top_k=len(ids), exhaustive=True)}
@@ -226,10 +226,10 @@ def test_the_saved_index_is_mapped_and_answers_as_the_in_memory_one(tmp_path: Pa
 
     index, ids, docs = _trained(seed=6)
     query = np.ascontiguousarray(_unit(docs[7][[0, 4, 9]] + 0.01))
-    before_vals, before_labels = index._search(index._delta, query, None)
+    before_vals, before_labels = index._search(index._delta, query, None, token_module.N_PROBE)
     index.save(tmp_path / "t")
     assert isinstance(faiss.downcast_InvertedLists(index._base.invlists), faiss.OnDiskInvertedLists)
-    vals, labels = index._search(index._base, query, None)
+    vals, labels = index._search(index._base, query, None, token_module.N_PROBE)
     for t in range(len(query)):  # the same live entries at the same scores (pads carry label -1)
         got = {(int(label), round(float(v), 4)) for v, label in zip(vals[t], labels[t]) if label >= 0}
         want = {(int(label), round(float(v), 4)) for v, label in zip(before_vals[t], before_labels[t]) if label >= 0}

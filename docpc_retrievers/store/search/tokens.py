@@ -150,15 +150,17 @@ class TokenIndex(CandidateIndex):
             index.add_with_ids(vectors, labels)
 
     # ----------------------------------------------------------------- search
-    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
-        """The ``n`` documents with the highest pooled token similarity for ``query [t, dim]``."""
+    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None) -> list[str]:
+        """The ``n`` documents with the highest pooled token similarity for ``query [t, dim]`` (``probes`` lists
+        scanned per token; None: ``N_PROBE``)."""
         if n <= 0 or not self._slot:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
         slots = None if allowed is None else np.array([self._slot[d] for d in allowed if d in self._slot], np.int64)
         if slots is not None and slots.size == 0:
             return []
-        found = [self._search(index, q, slots) for index in (self._base, self._delta) if index is not None]
+        found = [self._search(index, q, slots, probes or N_PROBE) for index in (self._base, self._delta)
+                 if index is not None]
         wanted = None if slots is None else set(slots.tolist())
         pending = [(s, v) for s, v in self._pending if wanted is None or s in wanted]
         if pending:  # untrained: every vector, exactly
@@ -178,10 +180,10 @@ class TokenIndex(CandidateIndex):
         return [self._ids[s] for s in best]
 
     @staticmethod
-    def _search(index: Any, q: np.ndarray, slots: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int) -> tuple[np.ndarray, np.ndarray]:
         import faiss
 
-        params = faiss.SearchParametersIVF(nprobe=N_PROBE)
+        params = faiss.SearchParametersIVF(nprobe=probes)
         if slots is not None:
             params.sel = faiss.IDSelectorBatch(slots)
         vals, labels = index.search(q, min(PER_TOKEN, max(index.ntotal, 1)), params=params)

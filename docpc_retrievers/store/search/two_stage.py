@@ -4,7 +4,8 @@ A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
 reliably and cost less per candidate. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
-a few tokens take the token-level stage's candidates instead (tokens.py). The candidates are scored
+a few tokens take the token-level stage's candidates instead (tokens.py), and queries of up to 16 tokens some of
+each. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
@@ -23,6 +24,7 @@ import numpy as np
 from docpc_retrievers.blas_threads import single_blas_thread
 from docpc_retrievers.store.search.base import CandidateIndex, VectorSource
 from docpc_retrievers.store.search.exact import exact_scores
+from docpc_retrievers.store.search.tokens import TokenIndex
 
 __all__ = ["CANDIDATE_TOKEN_BUDGET", "Hit", "TwoStageSearch", "check_queries"]
 
@@ -33,6 +35,15 @@ for more candidates: 26-token topic queries keep 945 instead of 630, and recall@
 set went from 0.93 to 0.96 (p50 66-79 -> 78-83 ms; usual 62-71 -> 79-82, long 72-80 -> 83-85, all still 1.000)."""
 TOKEN_STAGE_MAX_TOKENS = 7
 """Queries of at most this many tokens take the token-level stage's candidates (summaries rank them poorly)."""
+MIXED_MAX_TOKENS = 16
+"""Queries of more tokens than ``TOKEN_STAGE_MAX_TOKENS`` and at most this many take the token stage's best
+``MIXED_TOKEN_CANDIDATES`` (``MIXED_PROBES`` lists per token) in place of as many of the summaries' candidates. On
+the benchmark's 100k store, 8-12-token hard queries held 0.98 of the exact top 10 with 1,024 summary candidates and
+1.000 with the token stage's 256 beside 768 (p50 77-79 -> 93 ms, two alternating pairs). Up to 32 tokens, topic
+queries (20-30) took 118 ms p50 and held no more (0.95): their token search costs 25-30 ms (docs/store.md)."""
+MIXED_TOKEN_CANDIDATES = 256
+MIXED_PROBES = 8
+"""Lists scanned per token for a mixed query (16 held no more of hard's exact top 10 at 256 + 768)."""
 MAX_CANDIDATE_FACTOR = 4
 """A query keeps at most this many times ``n_candidates``. At 100,000 documents the 16-centroid ranking's best 512
 hold 0.87 of topic queries' exact top 10, its best 1,024 0.95; 4x (with the coarse shortlist at 8 per candidate,
@@ -68,7 +79,7 @@ class TwoStageSearch:
     """Candidates from ``first_stage``, exact scores from ``source``'s int8 rows."""
 
     def __init__(self, first_stage: CandidateIndex, source: VectorSource, n_candidates: int = 256, *,
-                 token_stage: Callable[[], CandidateIndex | None] | None = None) -> None:
+                 token_stage: Callable[[], TokenIndex | None] | None = None) -> None:
         self.first_stage = first_stage
         self.source = source
         self.n_candidates = n_candidates
@@ -116,14 +127,18 @@ class TwoStageSearch:
         return found[:top_k]
 
     def candidates(self, q: np.ndarray, n: int, allowed: set[str] | None) -> list[str]:
-        """The first stage's ``n`` candidates; a short query takes the token-level stage's instead (when there is one)."""
-        tokens = self.token_stage() if self.token_stage is not None and q.shape[0] <= TOKEN_STAGE_MAX_TOKENS else None
+        """The first stage's ``n`` candidates; a short query takes the token-level stage's instead and a mixed one
+        (``MIXED_MAX_TOKENS``) some of each (when there is a token stage)."""
+        tokens = self.token_stage() if self.token_stage is not None and q.shape[0] <= MIXED_MAX_TOKENS else None
         if tokens is None:
             return self.first_stage.top(q, n, allowed)
-        # A short query: the token stage ranks it well, summaries poorly. It takes up to MAX_CANDIDATE_FACTOR x
-        # n_candidates from the token stage alone: with the fast-scan token stage, its best 1,024 held 0.99 of the
-        # exact top 10 at 100k (1.000 at 10k), and adding the summaries' best 256 held no more for 26 ms more.
-        return tokens.top(q, min(n, MAX_CANDIDATE_FACTOR * self.n_candidates), allowed)
+        if q.shape[0] <= TOKEN_STAGE_MAX_TOKENS:
+            # A short query: the token stage ranks it well, summaries poorly. It takes up to MAX_CANDIDATE_FACTOR x
+            # n_candidates from the token stage alone: with the fast-scan token stage, its best 1,024 held 0.99 of
+            # the exact top 10 at 100k (1.000 at 10k), and adding the summaries' best 256 held no more for 26 ms more.
+            return tokens.top(q, min(n, MAX_CANDIDATE_FACTOR * self.n_candidates), allowed)
+        found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
+        return list(dict.fromkeys([*found, *self.first_stage.top(q, n - len(found), allowed)]))
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
