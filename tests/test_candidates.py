@@ -15,7 +15,6 @@ from docpc_retrievers.store.search.centroids import (
     document_centroids,
     merged_query,
 )
-from docpc_retrievers.store.search.summary_codes import int8_is_faster
 from docpc_retrievers.store.search.two_stage import (
     CANDIDATE_TOKEN_BUDGET,
     MAX_CANDIDATE_FACTOR,
@@ -149,7 +148,7 @@ def test_a_saved_index_opens_memory_mapped_and_gives_the_same_candidates(
     index.save(tmp_path / "fs", {"counts": np.arange(1498)})
     fine = next((tmp_path / "fs").glob("snap-*/fine.bin"))
     stored = json.loads(next((tmp_path / "fs").glob("snap-*/meta.json")).read_text())["dtype"]
-    assert stored == ("int8" if int8_is_faster(candidates.compute_dtype()) else str(candidates.compute_dtype()).split(".")[-1])
+    assert stored == ("int8" if candidates.int8_is_faster() else str(candidates.compute_dtype()).split(".")[-1])
     assert fine.stat().st_size == 16 * 1498 * DIM * {"int8": 1, "bfloat16": 2, "float32": 4}[stored]
     saved = index.top(query, 30)  # the saver maps its own snapshot back (int8 codes may swap a near-tie)
     assert len(set(saved) & set(before)) >= 27

@@ -66,7 +66,7 @@ def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monk
     summaries = np.transpose(_summaries(300), (1, 0, 2))
     index = CentroidIndex(16, DIM)
     index.add_block([f"d{i}" for i in range(300)], summaries)
-    monkeypatch.setattr(summary_codes, "_INT8_FASTER", False)  # what a version-1 save wrote: floats
+    monkeypatch.setattr(candidates, "_INT8_FASTER", False)  # what a version-1 save wrote: floats
     monkeypatch.setattr(candidates, "_SNAPSHOT_VERSION", 1)
     index.save(tmp_path / "fs")
     meta_file = next((tmp_path / "fs").glob("snap-*/meta.json"))
@@ -77,7 +77,7 @@ def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monk
     assert old.load(tmp_path / "fs") is not None and len(old) == 300
     query = _unit(summaries[7, :5] + 0.05 * rng.standard_normal((5, DIM)))
     assert old.top(query, 1) == ["d7"]
-    monkeypatch.setattr(summary_codes, "_INT8_FASTER", True)
+    monkeypatch.setattr(candidates, "_INT8_FASTER", True)
     old.save(tmp_path / "fs")
     meta = json.loads(next((tmp_path / "fs").glob("snap-*/meta.json")).read_text())
     assert meta["version"] == candidates._SNAPSHOT_VERSION and meta["dtype"] == "int8" and len(meta["fine_scales"]) == DIM
@@ -89,7 +89,7 @@ def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monk
 
 def test_int8_segment_beside_added_float_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Documents added after opening an int8 snapshot are scored in float beside it, on one scale."""
-    monkeypatch.setattr(summary_codes, "_INT8_FASTER", True)
+    monkeypatch.setattr(candidates, "_INT8_FASTER", True)
     rng = np.random.default_rng(5)
     summaries = np.transpose(_summaries(200), (1, 0, 2))
     index = CentroidIndex(16, DIM)

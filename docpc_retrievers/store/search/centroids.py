@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from docpc_retrievers.scoring.kernels import fastest
+from docpc_retrievers.scoring.kernels import fastest, onednn_int8_available
 from docpc_retrievers.store.search.base import CandidateIndex
 from docpc_retrievers.store.search.snapshot import (
     new_snapshot,
@@ -43,13 +43,12 @@ from docpc_retrievers.store.search.summary_codes import (
     decode,
     dimension_scales,
     encode,
-    int8_is_faster,
     late_interaction_int8,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CentroidIndex", "coarsen", "compute_dtype", "document_centroids", "merged_query"]
+__all__ = ["CentroidIndex", "coarsen", "compute_dtype", "document_centroids", "int8_is_faster", "merged_query"]
 
 COARSE_WIDTH = 4
 """Centroids per document in the coarse pass over a large index."""
@@ -144,6 +143,35 @@ def compute_dtype() -> Any:
     return _COMPUTE_DTYPE
 
 
+_INT8_FASTER: bool | None = None
+
+
+def int8_is_faster() -> bool:
+    """Whether summaries are saved as int8 codes here rather than in compute_dtype().
+
+    Yes wherever torch has oneDNN's int8 products (x86 builds): a snapshot's format should not hang on one noisy
+    timing (on the 2-core benchmark machine int8 won 27-31 ms to 37-41 ms, but a loaded moment can flip a measurement).
+    Elsewhere, measured once against the float scoring: where torch has no int8 product, or emulates it slowly,
+    summaries stay in float.
+    """
+    global _INT8_FASTER
+    if _INT8_FASTER is None:
+        if onednn_int8_available():
+            _INT8_FASTER = True
+            return True
+        import torch
+
+        gen = torch.Generator().manual_seed(0)
+        floats = torch.nn.functional.normalize(torch.randn(4, 16_384, 128, generator=gen), dim=2)
+        scales = dimension_scales(floats.abs().amax(dim=(0, 1)).numpy())
+        codes = torch.from_numpy(encode(floats, scales))
+        query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
+        mat, q = floats.to(compute_dtype()), torch.from_numpy(query).to(compute_dtype())
+        _INT8_FASTER = fastest({True: lambda: late_interaction_int8(query, codes, scales),
+                                False: lambda: _late_interaction(q, mat)}) is True
+    return _INT8_FASTER
+
+
 class _Segment(NamedTuple):
     """Centroid-major summaries of a run of slots: fine ``[n_centroids, n, dim]``, coarse ``[coarse_width, n, dim]``.
 
@@ -226,14 +254,14 @@ class CentroidIndex(CandidateIndex):
         self._consolidate()
         snap = new_snapshot(folder)
         rows = np.flatnonzero(self._live)
-        dtype = "int8" if int8_is_faster(compute_dtype()) else _dtype_name(compute_dtype())
+        dtype = "int8" if int8_is_faster() else _dtype_name(compute_dtype())
         meta: dict[str, Any] = {"version": _SNAPSHOT_VERSION, "dtype": dtype, "n_centroids": self.n_centroids,
                                 "coarse_width": self.coarse_width, "dim": self.dim}
         for level, width in (("fine", self.n_centroids), ("coarse", self.coarse_width)):
             if dtype == "int8":  # one scale per dimension, from the level's largest magnitudes (a first pass)
                 peaks = np.zeros(self.dim, dtype=np.float32)
-                for c in range(width):
-                    peaks = np.maximum(peaks, self._gather(level, c, rows).abs().amax(dim=0).numpy() if rows.size else 0)
+                for c in range(width if rows.size else 0):
+                    peaks = np.maximum(peaks, self._gather(level, c, rows).abs().amax(dim=0).numpy())
                 scales = dimension_scales(peaks)
                 meta[f"{level}_scales"] = scales.tolist()
             out = np.memmap(snap / f"{level}.bin", dtype=_NP_STORAGE[dtype], mode="w+", shape=(width, rows.size, self.dim))

@@ -17,14 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from docpc_retrievers.scoring.kernels import (
-    fastest,
-    int8_products_exact,
-    onednn_int8_available,
-)
+from docpc_retrievers.scoring.kernels import int8_products_exact
 from docpc_retrievers.scoring.maxsim import quantized_query
 
-__all__ = ["CHUNK_PRODUCTS", "decode", "dimension_scales", "encode", "int8_is_faster", "late_interaction_int8"]
+__all__ = ["CHUNK_PRODUCTS", "decode", "dimension_scales", "encode", "late_interaction_int8"]
 
 CHUNK_PRODUCTS = 1 << 20
 """Products (documents x query tokens) per chunk: each centroid slab's ``[docs, tokens]`` products stay in the CPU's
@@ -72,37 +68,3 @@ def late_interaction_int8(query: np.ndarray, codes: Any, scales: np.ndarray) -> 
             torch.maximum(best, int8_products_exact(slab[start:stop], q8).float(), out=best)
         out[start:stop] = (best * token_scales[None, :]).sum(dim=1).numpy()
     return out
-
-
-_INT8_FASTER: bool | None = None
-
-
-def int8_is_faster(float_dtype: Any) -> bool:
-    """Whether summaries are saved as int8 codes here rather than in ``float_dtype``.
-
-    Yes wherever torch has oneDNN's int8 products (x86 builds): a snapshot's format should not hang on one noisy
-    timing (on the 2-core benchmark machine int8 won 27-31 ms to 37-41 ms, but a loaded moment can flip a measurement).
-    Elsewhere, measured once: where torch has no int8 product, or emulates it slowly, summaries stay in float.
-    """
-    global _INT8_FASTER
-    if _INT8_FASTER is None:
-        if onednn_int8_available():
-            _INT8_FASTER = True
-            return True
-        import torch
-
-        gen = torch.Generator().manual_seed(0)
-        floats = torch.nn.functional.normalize(torch.randn(4, 16_384, 128, generator=gen), dim=2)
-        scales = dimension_scales(floats.abs().amax(dim=(0, 1)).numpy())
-        codes = torch.from_numpy(encode(floats, scales))
-        query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
-        mat, q = floats.to(float_dtype), torch.from_numpy(query).to(float_dtype)
-
-        def floating() -> object:
-            best = mat[0] @ q.T
-            for slab in mat[1:]:
-                torch.maximum(best, slab @ q.T, out=best)
-            return best.float().sum(dim=1)
-
-        _INT8_FASTER = fastest({True: lambda: late_interaction_int8(query, codes, scales), False: floating}) is True
-    return _INT8_FASTER
