@@ -87,7 +87,8 @@ DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 
 _OPTIONS_FORMAT = 1
 #: Options for which None is a value (not "leave the default").
-_NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight", "image_format"})
+_NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight", "image_format",
+                       "candidates"})
 #: Keys of option files written by version 0.1 (LlamaIndex's persist).
 _LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
 
@@ -103,6 +104,8 @@ class RetrieverOptions:
     ``return_images`` and ``page_dpi`` choose the image each hit carries and
     ``image_format`` converts it (``"png"``, ``"jpeg"``, ``"webp"``; None: as
     stored, the mime type says which) for consumers that need one format;
+    ``candidates`` is how many documents the first stage keeps for exact scoring
+    (None: the store's own count; more: higher recall on large stores, slower);
     ``password`` opens encrypted sources (never saved).
     """
 
@@ -116,6 +119,7 @@ class RetrieverOptions:
     return_images: ReturnImages = "grid"
     page_dpi: float = DEFAULT_PAGE_DPI
     image_format: ImageFormat = None
+    candidates: int | None = None
     password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -157,6 +161,7 @@ class RetrieverOptions:
             page_budget=self.page_budget,
             grid_weight=self.grid_weight,
             password=self.password,
+            candidates=self.candidates,
         )
 
     def override(self, **changes: Any) -> RetrieverOptions:

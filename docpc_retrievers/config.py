@@ -33,6 +33,7 @@ __all__ = [
     "IndexSettings",
     "RerankSettings",
     "SearchOptions",
+    "check_candidates",
     "with_previews",
 ]
 
@@ -56,6 +57,12 @@ DEFAULT_TOP_K = 5
 #: How page scores combine into a document score in page mode: MaxP, AvgP, SumP.
 Aggregate = Literal["max", "mean", "sum"]
 AGGREGATES: tuple[str, ...] = Aggregate.__args__  # type: ignore[attr-defined]
+
+
+def check_candidates(candidates: Any) -> None:
+    """ValueError unless ``candidates`` (a search's first-stage count) is None or an integer >= 1."""
+    if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1):
+        raise ValueError(f"candidates must be an integer >= 1 (or None: the store's own count), got {candidates!r}")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -310,6 +317,8 @@ class SearchOptions:
     ``filters`` is a Chroma ``where`` dict; ``aggregate`` combines page scores
     in page mode; ``rerank`` turns on grid-then-page reranking with
     ``rerank_settings``; ``password`` opens encrypted sources when pages are rendered.
+    ``candidates``: documents the first stage passes on to be scored from their stored vectors (None: the
+    store's own count, 256-1,024 by query length); more find more of the exact top k, more slowly.
     """
 
     top_k: int = DEFAULT_TOP_K
@@ -318,6 +327,7 @@ class SearchOptions:
     rerank: bool = False
     rerank_settings: RerankSettings = field(default_factory=RerankSettings)
     password: str | None = field(default=None, repr=False)
+    candidates: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
@@ -327,6 +337,7 @@ class SearchOptions:
         if self.filters is not None and not isinstance(self.filters, Mapping):
             raise TypeError(f"filters must be a Chroma where dict, got {type(self.filters).__name__}")
         check_where(self.filters)  # a malformed filter fails here, before a model loads
+        check_candidates(self.candidates)
 
     @classmethod
     def build(
@@ -340,10 +351,12 @@ class SearchOptions:
         page_budget: int | None = None,
         grid_weight: float | None = None,
         password: str | None = None,
+        candidates: int | None = None,
     ) -> SearchOptions:
         """Options from the flat keywords of ``DocPCIndex.search`` (None takes the default)."""
         rerank_settings = RerankSettings.build(rerank_top_n, page_budget, grid_weight)
-        return cls(top_k, dict(filters) if filters else None, aggregate, bool(rerank), rerank_settings, password)
+        return cls(top_k, dict(filters) if filters else None, aggregate, bool(rerank), rerank_settings, password,
+                   candidates)
 
     @property
     def depth(self) -> int:

@@ -155,16 +155,19 @@ class DocPCIndex:
         page_budget: int | None = None,
         grid_weight: float | None = None,
         password: str | None = None,
+        candidates: int | None = None,
     ) -> list[SearchResult]:
         """Rank documents for a text query, best first.
 
         ``filters``: a Chroma ``where`` dict. ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or
         SumP (``sum``). ``rerank=True``: rescore the top ``rerank_top_n`` (20) documents from up to ``page_budget``
         (4) pages each at full resolution, fused with weight ``grid_weight`` (0.5); ``password`` opens sources.
+        ``candidates``: documents the first stage keeps for exact scoring (None: 256-1,024 by query length);
+        raise it for recall on large stores at some latency (docs/store.md, "Trading latency for recall").
         """
         options = SearchOptions.build(
             top_k, filters=filters, aggregate=aggregate, rerank=rerank, rerank_top_n=rerank_top_n,
-            page_budget=page_budget, grid_weight=grid_weight, password=password,
+            page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates,
         )
         return self.search_with([query], options)[0]
 

@@ -75,7 +75,8 @@ class Searcher:
         depth = options.depth
         # A few spare hits: one deleted by another writer before its evidence is read gives its slot to the next.
         hits = self.store.search_batch(
-            vectors, depth + min(depth, _SPARE_HITS), where=options.filters, aggregate=options.aggregate
+            vectors, depth + min(depth, _SPARE_HITS), where=options.filters, aggregate=options.aggregate,
+            n_candidates=options.candidates,
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):

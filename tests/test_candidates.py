@@ -247,3 +247,6 @@ def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
     asked.clear()
     search.candidates(np.zeros((two_stage.MIXED_MAX_TOKENS + 1, DIM), dtype=np.float32), 50, None)  # summaries alone
     assert asked == {"c": (50, None)}
+    asked.clear()
+    search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
+    assert asked == {"t": (5000, None)}

@@ -119,6 +119,7 @@ def runs(
             ),
             "search": ("search", "anything", "--store", main, "--top-k", "100", "--json"),
             "search_top0": ("search", "anything", "--store", main, "--top-k", "0", "--json"),
+            "search_candidates": ("search", "anything", "--store", main, "--top-k", "3", "--candidates", "5", "--json"),
             "info": ("info", "--store", main, "--json"),
             "info_after_delete": ("info", "--store", stores["delete_id"], "--json"),
             "info_after_delete_path": ("info", "--store", stores["delete_path"], "--json"),
@@ -215,6 +216,18 @@ def test_index_with_password_adds_the_encrypted_file(runs: Runs) -> None:
 
 
 # --------------------------------------------------------------------------- docpc search
+
+
+def test_search_with_few_candidates_returns_exact_scores(runs: Runs) -> None:
+    """--candidates 5 on the 29-document store: the first stage keeps a few, and what comes back is still scored exactly."""
+    run = runs["search_candidates"]
+    assert run.returncode == 0, run.describe()
+    results = run.json()
+    exact = {r["id"]: r["score"] for r in runs["search"].json()}  # top-k 100: every document, scored exactly
+    assert len(results) == 3
+    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
+    for r in results:
+        assert r["score"] == pytest.approx(exact[r["id"]], rel=1e-6)
 
 
 def test_search_json_is_a_ranked_list_of_documents(
@@ -381,6 +394,7 @@ USAGE_ERRORS = {
     "negative top-k": ["search", "anything", "--store", "<store>", "--top-k", "-1"],
     "empty query": ["search", "  ", "--store", "<store>"],
     "where not JSON": ["search", "anything", "--store", "<store>", "--where", "{nope"],
+    "candidates 0": ["search", "anything", "--store", "<store>", "--candidates", "0"],
     "no command": [],
 }
 

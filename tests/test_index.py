@@ -327,6 +327,25 @@ def test_top_k_zero_large_and_negative(built: BuiltStore, tiny_encoder: ColPaliE
             index.search("anything", top_k=-1)
 
 
+def test_candidates_set_the_first_stage_count_and_bad_ones_are_refused(
+    built: BuiltStore, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``candidates`` reaches the store; a count as large as the store scores every document, as top_k=1000 does."""
+    with DocPCIndex(built.path, encoder=tiny_encoder) as index:
+        everything = index.search("anything", top_k=1000)
+        seen: list[int | None] = []
+        search_batch = index.store.search_batch
+        monkeypatch.setattr(index.store, "search_batch",
+                            lambda *a, **kw: seen.append(kw.get("n_candidates")) or search_batch(*a, **kw))
+        wide = index.search("anything", top_k=2, candidates=len(GOOD))
+        assert seen == [len(GOOD)]
+        assert [(r.id, r.score) for r in wide] == [(r.id, r.score) for r in everything[:2]]
+        for bad in (0, -2, 1.5, True):
+            with pytest.raises(ValueError, match="candidates"):
+                index.search("anything", candidates=bad)  # type: ignore[arg-type]
+        assert seen == [len(GOOD)]  # refused before the store was asked
+
+
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])
 def test_empty_query_is_refused(built: BuiltStore, tiny_encoder: ColPaliEncoder, query: str) -> None:
     with DocPCIndex(built.path, encoder=tiny_encoder) as index:

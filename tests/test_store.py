@@ -108,6 +108,31 @@ def test_two_stage_search_finds_the_exhaustive_top_results(tmp_path: Path) -> No
         assert np.mean(overlaps) >= 0.9
 
 
+def test_a_search_takes_the_candidate_count_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """n_candidates sets what the first stage keeps (never fewer than top_k); the whole pool is scored exactly."""
+    docs, rng = _topical_docs(300, seed=5)
+    ids = [f"d{i:03d}" for i in range(300)]
+    with MultiVectorStore(tmp_path / "s", writable=True, n_centroids=8, n_candidates=20) as store:
+        store.add(ids, docs, [_meta(i) for i in range(300)])
+        q = _unit(docs[30][:20] + 0.3 * _unit(rng.standard_normal((20, DIM))))  # 20 tokens: the summaries alone
+        search = store._view.search
+        asked: list[int] = []
+        top = search.first_stage.top
+        monkeypatch.setattr(search.first_stage, "top", lambda query, n, allowed=None: asked.append(n) or top(query, n, allowed))
+        default = store.search(q, top_k=10)
+        wide = store.search(q, top_k=10, n_candidates=120)
+        store.search(q, top_k=10, n_candidates=3)
+        assert asked == [search.candidates_for(q), 120, 10]
+        assert asked[0] != 120 and default[0].id == wide[0].id == ids[30]
+        every = store.search(q, top_k=10, n_candidates=300)  # the whole pool: no first stage, every score exact
+        exact = store.search(q, top_k=10, exhaustive=True)
+        assert len(asked) == 3
+        assert [(h.id, h.score) for h in every] == [(h.id, h.score) for h in exact]
+        for bad in (0, -1, True, 2.5):
+            with pytest.raises(ValueError, match="n_candidates"):
+                store.search(q, n_candidates=bad)
+
+
 def test_upsert_replaces_vectors_and_metadata(tmp_path: Path) -> None:
     ids, docs = _fill(tmp_path / "s", n=10)
     new_vec = _unit(np.random.default_rng(9).standard_normal((5, DIM)))

@@ -44,6 +44,11 @@ def register(sub: Any) -> None:
     p.add_argument("--rerank", action="store_true", help="grid-then-page: rescore the top documents page by page")
     p.add_argument("--rerank-top-n", type=positive_int, default=20, help="documents to rerank (default 20)")
     p.add_argument("--page-budget", type=positive_int, default=4, help="pages encoded per reranked document (default 4)")
+    p.add_argument(
+        "--candidates", type=positive_int,
+        help="documents the first stage keeps for exact scoring (default: 256-1,024 by query length); more: higher "
+        "recall on large stores, slower",
+    )
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
     p.set_defaults(func=run)
 
@@ -74,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             rerank_top_n=args.rerank_top_n,
             page_budget=args.page_budget,
             password=args.password,
+            candidates=args.candidates,
         )
     if args.json:
         emit([r.to_dict() for r in results])

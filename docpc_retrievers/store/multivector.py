@@ -441,8 +441,9 @@ class MultiVectorStore:
         """Top documents per query by MaxSim, best first.
 
         ``where`` is a Chroma metadata filter, ``ids`` restricts to given
-        documents. When the (filtered) corpus is no larger than the number of
-        candidates, or ``exhaustive`` is set, every document is scored exactly.
+        documents. ``n_candidates``: documents the first stage keeps for exact
+        scoring (None: by query length, see two_stage.py). When the (filtered) corpus is no larger than the number
+        of candidates, or ``exhaustive`` is set, every document is scored exactly.
         Multi-part records (page mode) score each part and combine them with
         ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
         """
@@ -450,6 +451,9 @@ class MultiVectorStore:
             raise ValueError("top_k must be >= 0")
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+        if n_candidates is not None and (isinstance(n_candidates, bool) or not isinstance(n_candidates, int)
+                                         or n_candidates < 1):
+            raise ValueError(f"n_candidates must be an integer >= 1 (or None), got {n_candidates!r}")
         self._ensure_loaded()
         if top_k == 0 or not self._n or self._view is None:
             return [[] for _ in queries]

@@ -117,7 +117,8 @@ class TwoStageSearch:
             keep = allowed if not gone else set(live)
             n_cand = max(n_candidates or self.candidates_for(query), top_k)
             with single_blas_thread():
-                hits = self._ranked(query, live, keep, top_k, n_cand, exhaustive, aggregate)
+                hits = self._ranked(query, live, keep, top_k, n_cand, exhaustive, aggregate,
+                                    explicit=n_candidates is not None)
             records = metadata([d for d, _, _ in hits])
             missing = {d for d, _, _ in hits if d not in records}
             found = [(d, s, dict(records[d]), parts) for d, s, parts in hits if d in records]
@@ -126,9 +127,10 @@ class TwoStageSearch:
             gone |= missing
         return found[:top_k]
 
-    def candidates(self, q: np.ndarray, n: int, allowed: set[str] | None) -> list[str]:
+    def candidates(self, q: np.ndarray, n: int, allowed: set[str] | None, *, explicit: bool = False) -> list[str]:
         """The first stage's ``n`` candidates; a short query takes the token-level stage's instead and a mixed one
-        (``MIXED_MAX_TOKENS``) some of each (when there is a token stage)."""
+        (``MIXED_MAX_TOKENS``) some of each (when there is a token stage). ``explicit``: ``n`` was asked for by
+        the caller, so a short query's cap (``MAX_CANDIDATE_FACTOR`` x ``n_candidates``) does not apply."""
         tokens = self.token_stage() if self.token_stage is not None and q.shape[0] <= MIXED_MAX_TOKENS else None
         if tokens is None:
             return self.first_stage.top(q, n, allowed)
@@ -136,16 +138,16 @@ class TwoStageSearch:
             # A short query: the token stage ranks it well, summaries poorly. It takes up to MAX_CANDIDATE_FACTOR x
             # n_candidates from the token stage alone: with the fast-scan token stage, its best 1,024 held 0.99 of
             # the exact top 10 at 100k (1.000 at 10k), and adding the summaries' best 256 held no more for 26 ms more.
-            return tokens.top(q, min(n, MAX_CANDIDATE_FACTOR * self.n_candidates), allowed)
+            return tokens.top(q, n if explicit else min(n, MAX_CANDIDATE_FACTOR * self.n_candidates), allowed)
         found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
         return list(dict.fromkeys([*found, *self.first_stage.top(q, n - len(found), allowed)]))
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
-        aggregate: str,
+        aggregate: str, *, explicit: bool = False,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
         """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates."""
-        cand = pool if exhaustive or len(pool) <= n_cand else self.candidates(q, n_cand, allowed)
+        cand = pool if exhaustive or len(pool) <= n_cand else self.candidates(q, n_cand, allowed, explicit=explicit)
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
             fast = np.concatenate([exact_scores(q, cand[s : s + SCORE_CHUNK], self.source, aggregate, fast=True)[0]

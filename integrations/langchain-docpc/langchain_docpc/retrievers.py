@@ -35,7 +35,7 @@ _RENAMED = {"k": "top_k", "filter": "filters"}
 #: Other names LangChain users write for the same options in search_kwargs.
 _SEARCH_ALIASES = {"top_k": "k", "filters": "filter"}
 _OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                  "return_images", "page_dpi", "image_format")
+                  "return_images", "page_dpi", "image_format", "candidates")
 
 
 class DocPCRetriever(BaseRetriever):
@@ -74,6 +74,9 @@ class DocPCRetriever(BaseRetriever):
     """Convert every image to this format (some LLM APIs take only PNG or JPEG); None: as made (``image_mime_type``)."""
     page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
     """Resolution of page images with ``return_images="pages"``."""
+    candidates: int | None = Field(default=None, ge=1)
+    """Documents the first stage keeps for exact scoring (None: the store's own count, 256-1,024 by query length);
+    raise it for recall on large stores, at some latency."""
     persist_dir: str | None = None
     """Store directory to open read-only when no ``index`` is given."""
     model: str | None = None

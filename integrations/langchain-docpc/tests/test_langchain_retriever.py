@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,30 @@ def test_rerank_batch_matches_sequential(corpus_index: DocPCIndex) -> None:
     retriever.batch(QUERIES)  # fill the page cache: later calls all read cached page embeddings
     sequential = [_summary(retriever.invoke(q)) for q in QUERIES * 2]
     assert [_summary(d) for d in retriever.batch(QUERIES * 2, config={"max_concurrency": 6})] == sequential
+
+
+def test_candidates_reach_the_store(corpus_index: DocPCIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    """candidates (a field, a search_kwargs entry or a per-call option) is the first-stage count the store gets."""
+    seen: list[int | None] = []
+    search_batch = corpus_index.store.search_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("n_candidates"))
+        return search_batch(*args, **kwargs)
+
+    monkeypatch.setattr(corpus_index.store, "search_batch", spy)
+    DocPCRetriever(index=corpus_index, k=2).invoke(QUERIES[0])
+    fixed = DocPCRetriever(index=corpus_index, k=2, candidates=7)
+    fixed.invoke(QUERIES[0])
+    DocPCRetriever(index=corpus_index, search_kwargs={"k": 2, "candidates": 9}).invoke(QUERIES[0])
+    fixed.invoke(QUERIES[0], candidates=11)
+    assert seen == [None, 7, 9, 11]
+
+
+@pytest.mark.parametrize("bad", [0, -3, "many"])
+def test_bad_candidates_are_refused(corpus_index: DocPCIndex, bad: object) -> None:
+    with pytest.raises(ValueError, match="candidates"):
+        DocPCRetriever(index=corpus_index, candidates=bad)
 
 
 @pytest.mark.parametrize(("option", "value"), [("rerank_top_n", 0), ("page_budget", 0), ("grid_weight", 1.5)])

@@ -7,6 +7,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from docpc_retrievers.testing.support import (
@@ -164,6 +165,30 @@ def test_bad_return_images_is_refused(corpus_index: DocPCIndex) -> None:
 def test_bad_rerank_options_are_refused(corpus_index: DocPCIndex, option: str, value: float) -> None:
     with pytest.raises(ValueError):
         DocPCRetriever(corpus_index, rerank=True, **{option: value})
+
+
+def test_candidates_reach_the_store(corpus_index: DocPCIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    """candidates (a constructor option, or the attribute changed between queries) is the store's first-stage count."""
+    seen: list[int | None] = []
+    search_batch = corpus_index.store.search_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("n_candidates"))
+        return search_batch(*args, **kwargs)
+
+    monkeypatch.setattr(corpus_index.store, "search_batch", spy)
+    DocPCRetriever(corpus_index, similarity_top_k=2).retrieve(QUERIES[0])
+    retriever = DocPCRetriever(corpus_index, similarity_top_k=2, candidates=7)
+    retriever.retrieve(QUERIES[0])
+    retriever.candidates = 11
+    retriever.retrieve(QUERIES[0])
+    assert seen == [None, 7, 11]
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_bad_candidates_are_refused(corpus_index: DocPCIndex, bad: object) -> None:
+    with pytest.raises(ValueError, match="candidates"):
+        DocPCRetriever(corpus_index, candidates=bad)  # type: ignore[arg-type]
 
 
 def test_wrong_index_type_is_refused() -> None:

@@ -33,7 +33,7 @@ CONFIG_FILE = "docpc_retriever.json"
 
 _RENAMED = {"similarity_top_k": "top_k"}  # LlamaIndex's name for a core option
 _OPTION_ATTRS = ("similarity_top_k", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                 "return_images", "page_dpi", "image_format")
+                 "return_images", "page_dpi", "image_format", "candidates")
 
 
 class DocPCRetriever(BaseRetriever):
@@ -50,7 +50,8 @@ class DocPCRetriever(BaseRetriever):
     ``rerank_top_n``, ``page_budget``, ``grid_weight``; ``image_format`` (None: as stored); ``return_images``
     (``"grid"``, ``"pages"``: one node per selected page with id
     ``<doc id>#page=<n>``, ``"evidence"``: the grid with the query's heat and
-    outlined pages as a PNG, or None) and ``page_dpi``. ``password`` opens
+    outlined pages as a PNG, or None) and ``page_dpi``; ``candidates`` (documents the first stage keeps for exact
+    scoring; None: the store's own count; more: higher recall on large stores, slower). ``password`` opens
     encrypted sources; ``owns_index`` closes the index in :meth:`close`. Node
     metadata: the stored keys plus ``score``, ``rank``, ``evidence_pages`` and,
     after reranking, ``reranked`` and ``grid_score``.
