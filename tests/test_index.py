@@ -40,6 +40,7 @@ from docpc_retrievers.results import IndexReport, SearchResult
 from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.testing import build_tiny_colqwen2
+from docpc_retrievers.testing.support import record_candidates
 
 pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow, needs_corpus]
 
@@ -333,10 +334,7 @@ def test_candidates_set_the_first_stage_count_and_bad_ones_are_refused(
     """``candidates`` reaches the store; a count as large as the store scores every document, as top_k=1000 does."""
     with DocPCIndex(built.path, encoder=tiny_encoder) as index:
         everything = index.search("anything", top_k=1000)
-        seen: list[int | None] = []
-        search_batch = index.store.search_batch
-        monkeypatch.setattr(index.store, "search_batch",
-                            lambda *a, **kw: seen.append(kw.get("n_candidates")) or search_batch(*a, **kw))
+        seen = record_candidates(index, monkeypatch)
         wide = index.search("anything", top_k=2, candidates=len(GOOD))
         assert seen == [len(GOOD)]
         assert [(r.id, r.score) for r in wide] == [(r.id, r.score) for r in everything[:2]]

@@ -10,6 +10,7 @@ import base64
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ __all__ = [
     "decode_b64_image",
     "generated_pdfs",
     "needs_corpus",
+    "record_candidates",
     "same_pixels",
 ]
 
@@ -61,3 +63,17 @@ def decode_b64_image(data: str) -> Image.Image:
 def same_pixels(a: Image.Image, b: Image.Image) -> bool:
     """True when two images have the same size and identical RGB pixels."""
     return a.size == b.size and np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))
+
+
+def record_candidates(index: Any, monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """The ``n_candidates`` each store search of ``index`` (a DocPCIndex) is given from now on, in order: where a
+    ``candidates`` option (index, retriever or CLI) ends up."""
+    seen: list[int | None] = []
+    search_batch = index.store.search_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("n_candidates"))
+        return search_batch(*args, **kwargs)
+
+    monkeypatch.setattr(index.store, "search_batch", spy)
+    return seen

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 from pathlib import Path
 
 import pytest
-from docpc_retrievers.testing.support import ENCRYPTED, ENCRYPTED_PASSWORD, decode_b64_image, needs_corpus, same_pixels
+from docpc_retrievers.testing.support import (
+    ENCRYPTED,
+    ENCRYPTED_PASSWORD,
+    decode_b64_image,
+    needs_corpus,
+    record_candidates,
+    same_pixels,
+)
 from langchain_core.documents import Document
 
 from docpc_retrievers import DocPCIndex
@@ -145,14 +151,7 @@ def test_rerank_batch_matches_sequential(corpus_index: DocPCIndex) -> None:
 
 def test_candidates_reach_the_store(corpus_index: DocPCIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     """candidates (a field, a search_kwargs entry or a per-call option) is the first-stage count the store gets."""
-    seen: list[int | None] = []
-    search_batch = corpus_index.store.search_batch
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs.get("n_candidates"))
-        return search_batch(*args, **kwargs)
-
-    monkeypatch.setattr(corpus_index.store, "search_batch", spy)
+    seen = record_candidates(corpus_index, monkeypatch)
     DocPCRetriever(index=corpus_index, k=2).invoke(QUERIES[0])
     fixed = DocPCRetriever(index=corpus_index, k=2, candidates=7)
     fixed.invoke(QUERIES[0])

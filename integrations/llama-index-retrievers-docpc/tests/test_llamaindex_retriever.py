@@ -7,7 +7,6 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 from docpc_retrievers.testing.support import (
@@ -15,6 +14,7 @@ from docpc_retrievers.testing.support import (
     ENCRYPTED_PASSWORD,
     decode_b64_image,
     needs_corpus,
+    record_candidates,
     same_pixels,
 )
 from llama_index.core.schema import ImageNode, MetadataMode, NodeWithScore, QueryBundle
@@ -169,14 +169,7 @@ def test_bad_rerank_options_are_refused(corpus_index: DocPCIndex, option: str, v
 
 def test_candidates_reach_the_store(corpus_index: DocPCIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     """candidates (a constructor option, or the attribute changed between queries) is the store's first-stage count."""
-    seen: list[int | None] = []
-    search_batch = corpus_index.store.search_batch
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs.get("n_candidates"))
-        return search_batch(*args, **kwargs)
-
-    monkeypatch.setattr(corpus_index.store, "search_batch", spy)
+    seen = record_candidates(corpus_index, monkeypatch)
     DocPCRetriever(corpus_index, similarity_top_k=2).retrieve(QUERIES[0])
     retriever = DocPCRetriever(corpus_index, similarity_top_k=2, candidates=7)
     retriever.retrieve(QUERIES[0])
