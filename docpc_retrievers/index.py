@@ -161,15 +161,12 @@ class DocPCIndex:
 
         ``filters``: a Chroma ``where`` dict. ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or
         SumP (``sum``). ``rerank=True``: rescore the top ``rerank_top_n`` (20) documents from up to ``page_budget``
-        (4) pages each at full resolution, fused with weight ``grid_weight`` (0.5); ``password`` opens sources.
-        ``candidates``: documents the first stage keeps for exact scoring (None: 256-1,024 by query length);
-        raise it for recall on large stores at some latency (docs/store.md, "Trading latency for recall").
+        (4) pages each at full resolution, fused with weight ``grid_weight`` (0.5); ``password`` opens sources;
+        ``candidates``: the first stage's count (None: by query length; more: recall on large stores, slower).
         """
-        options = SearchOptions.build(
+        return self.search_with([query], SearchOptions.build(
             top_k, filters=filters, aggregate=aggregate, rerank=rerank, rerank_top_n=rerank_top_n,
-            page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates,
-        )
-        return self.search_with([query], options)[0]
+            page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates))[0]
 
     def search_batch(self, queries: Sequence[str], top_k: int = DEFAULT_TOP_K, **options: Any) -> list[list[SearchResult]]:
         """:meth:`search` for several queries, encoded together (the same keyword options)."""

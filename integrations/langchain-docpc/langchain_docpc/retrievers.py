@@ -41,14 +41,14 @@ _OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_bu
 class DocPCRetriever(BaseRetriever):
     """Rank whole PDFs by visual late-interaction (MaxSim) over their composed page grids.
 
-    Build one with :meth:`from_pdfs`, :meth:`from_persist_dir` or ``DocPCRetriever(persist_dir=...)``
-    (read-only), or ``DocPCRetriever(index=...)``. Each result is a ``Document`` with ``id`` the
-    document id, ``page_content`` the text of the selected pages and ``metadata`` the stored keys
-    (``source``, ``title``, ``total_pages``, ``selected_pages`` (1-based), ...) plus ``score``,
-    ``rank``, ``evidence_pages``, after reranking ``reranked`` and ``grid_score``, and the image:
-    ``image_base64`` with its true ``image_mime_type`` (the grid, lossless WebP; the evidence picture, PNG;
-    with ``return_images="pages"`` the page behind most of the score, PNG, and every selected page in
-    ``page_images_base64`` / ``page_numbers``). ``invoke(query, k=..., filter=...)`` overrides any option per call.
+    Build one with :meth:`from_pdfs`, :meth:`from_persist_dir` or ``DocPCRetriever(persist_dir=...)`` (read-only),
+    or ``DocPCRetriever(index=...)``. Each result is a ``Document`` with ``id`` the document id, ``page_content``
+    the text of the selected pages and ``metadata`` the stored keys (``source``, ``title``, ``total_pages``,
+    ``selected_pages`` (1-based), ...) plus ``score``, ``rank``, ``evidence_pages``, after reranking ``reranked``
+    and ``grid_score``, and the image: ``image_base64`` with its true ``image_mime_type`` (the grid, lossless WebP;
+    the evidence picture, PNG; with ``return_images="pages"`` the page behind most of the score, PNG, and every
+    selected page in ``page_images_base64`` / ``page_numbers``). ``invoke(query, k=..., filter=...)`` overrides
+    any option per call.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -75,8 +75,7 @@ class DocPCRetriever(BaseRetriever):
     page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
     """Resolution of page images with ``return_images="pages"``."""
     candidates: int | None = Field(default=None, ge=1)
-    """Documents the first stage keeps for exact scoring (None: the store's own count, 256-1,024 by query length);
-    raise it for recall on large stores, at some latency."""
+    """First-stage count (None: by query length, 256-1,024; more: higher recall on large stores, slower)."""
     persist_dir: str | None = None
     """Store directory to open read-only when no ``index`` is given."""
     model: str | None = None
@@ -124,13 +123,11 @@ class DocPCRetriever(BaseRetriever):
     ) -> DocPCRetriever:
         """Index PDF files and folders and return a retriever over them (its options saved with a ``persist_dir``).
 
-        ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress``, ``workers`` and
-        ``encoder_kwargs`` configure the index; ``prune=True`` makes a ``persist_dir`` store mirror
-        ``paths`` (documents whose source under them is gone are deleted); ``metadata`` attaches your
-        keys (a dict, or ``path -> dict``), filterable like the built-in ones
-        (see :func:`docpc_retrievers.adapters.build_index`);
-        other ``kwargs`` are retriever fields (k, filter, ...). Without ``persist_dir`` a temporary
-        store is deleted by :meth:`close`.
+        ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress``, ``workers`` and ``encoder_kwargs``
+        configure the index; ``prune=True`` makes a ``persist_dir`` store mirror ``paths`` (documents whose source
+        under them is gone are deleted); ``metadata`` attaches your keys (a dict, or ``path -> dict``), filterable
+        like the built-in ones (see :func:`docpc_retrievers.adapters.build_index`); other ``kwargs`` are retriever
+        fields (k, filter, ...). Without ``persist_dir`` a temporary store is deleted by :meth:`close`.
         """
         index = build_index(paths, persist_dir=persist_dir, password=password, **split_build_options(kwargs))
         try:
