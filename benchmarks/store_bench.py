@@ -240,24 +240,25 @@ def reader(args: argparse.Namespace) -> None:
     if args.phase == "search":
         queries = {f.stem.removeprefix("queries-"): list(np.load(f, allow_pickle=True))
                    for f in sorted(path.parent.glob("queries-*.npy"))}
-        found: dict[str, list[list[str]]] = {}
-        for name, qs in queries.items():
-            lat = []
-            found[name] = []
-            for q in qs:
-                t0 = time.perf_counter()
-                hits = store.search(q, 10, where=SET_FILTERS.get(name))
-                lat.append(time.perf_counter() - t0)
-                found[name].append([h.id for h in hits])
-            out[name] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000}
+        found: dict[str, tuple[str, list[list[str]]]] = {}  # label -> (query set, ids found per query)
+        for n in [None, *(args.candidates or [])]:  # the store's own count, then each --candidates count
+            for name, qs in queries.items():
+                label = name if n is None else f"{name} @{n}"
+                lat, ids = [], []
+                for q in qs:
+                    t0 = time.perf_counter()
+                    hits = store.search(q, 10, where=SET_FILTERS.get(name), n_candidates=n)
+                    lat.append(time.perf_counter() - t0)
+                    ids.append([h.id for h in hits])
+                found[label] = (name, ids)
+                out[label] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000}
         out["peak_rss_mb"] = _peak_rss_mb()  # a reader's peak, before the exhaustive ground truth below
         out.update(_rss_split_mb())  # now: the reader's own (anonymous) memory and file pages mapped from the cache
-        for name, qs in queries.items():
-            rec = []
-            for q, ids in zip(qs, found[name]):
-                exact = store.search(q, 10, exhaustive=True, where=SET_FILTERS.get(name))
-                rec.append(len(set(ids) & {h.id for h in exact}) / max(len(exact), 1))
-            out[name]["recall10"] = statistics.mean(rec)
+        exact = {name: [{h.id for h in store.search(q, 10, exhaustive=True, where=SET_FILTERS.get(name))} for q in qs]
+                 for name, qs in queries.items()}
+        for label, (name, ids) in found.items():
+            rec = [len(set(got) & best) / max(len(best), 1) for got, best in zip(ids, exact[name])]
+            out[label]["recall10"] = statistics.mean(rec)
         docs = store.count()
         parts = store.bytes_by_part()
         out["bytes_per_doc"] = {k: v / docs for k, v in parts.items()}
@@ -289,10 +290,12 @@ def _rss_split_mb() -> dict[str, float]:
     return out
 
 
-def _run_reader(path: Path, server: tuple[str, int] | None, phase: str) -> dict[str, Any]:
+def _run_reader(path: Path, server: tuple[str, int] | None, phase: str, candidates: list[int] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--reader", str(path), "--phase", phase]
     if server:
         cmd += ["--host", server[0], "--port", str(server[1])]
+    if candidates:
+        cmd += ["--candidates", *map(str, candidates)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -304,7 +307,7 @@ def scale(args: argparse.Namespace, server: tuple[str, int] | None) -> dict[str,
     try:
         result = fill(args, tmp / "store", server)
         # A reader process on the machine that wrote (its cache filled by the writes).
-        searched = _run_reader(tmp / "store", server, "search")
+        searched = _run_reader(tmp / "store", server, "search", args.candidates)
         result["cold_open_cached_s"] = searched.pop("open_s")
         result["imports_s"] = searched.pop("imports_s")
         result.update(searched)
@@ -519,6 +522,10 @@ def main() -> None:
         "--generator", choices=("topics", "cone"), default="topics",
         help="topics: the generator above (with --skew); cone: the held-back one (held_back_corpus.py), built "
         "differently to check what was tuned on the first",
+    )
+    ap.add_argument(
+        "--candidates", type=int, nargs="+",
+        help="also run every query set with these first-stage counts (search's n_candidates): recall against latency",
     )
     ap.add_argument("--peers", action="store_true", help="also run other engines on the same vectors (the [bench] extra)")
     ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")
