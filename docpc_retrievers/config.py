@@ -59,10 +59,10 @@ Aggregate = Literal["max", "mean", "sum"]
 AGGREGATES: tuple[str, ...] = Aggregate.__args__  # type: ignore[attr-defined]
 
 
-def check_candidates(candidates: Any) -> None:
-    """ValueError unless ``candidates`` (a search's first-stage count) is None or an integer >= 1."""
+def check_candidates(candidates: Any, name: str = "candidates") -> None:
+    """ValueError (naming the option ``name``) unless a search's first-stage count is None or an integer >= 1."""
     if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1):
-        raise ValueError(f"candidates must be an integer >= 1 (or None: the store's own count), got {candidates!r}")
+        raise ValueError(f"{name} must be an integer >= 1 (or None: the store's own count), got {candidates!r}")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:

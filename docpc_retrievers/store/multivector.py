@@ -19,7 +19,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from docpc_retrievers.config import AGGREGATES
+from docpc_retrievers.config import AGGREGATES, check_candidates
 from docpc_retrievers.errors import DocumentNotFoundError, StoreError
 from docpc_retrievers.filters import check_where
 from docpc_retrievers.store import statistics
@@ -451,9 +451,7 @@ class MultiVectorStore:
             raise ValueError("top_k must be >= 0")
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
-        if n_candidates is not None and (isinstance(n_candidates, bool) or not isinstance(n_candidates, int)
-                                         or n_candidates < 1):
-            raise ValueError(f"n_candidates must be an integer >= 1 (or None), got {n_candidates!r}")
+        check_candidates(n_candidates, "n_candidates")
         self._ensure_loaded()
         if top_k == 0 or not self._n or self._view is None:
             return [[] for _ in queries]
