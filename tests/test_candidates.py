@@ -250,3 +250,76 @@ def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
     asked.clear()
     search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
     assert asked == {"t": (5000, None)}
+
+
+def _one_token_index(scores: dict[str, float]) -> CentroidIndex:
+    """Documents whose best centroid has cosine ``scores[id]`` with the query ``e0`` (the other 15 are orthogonal)."""
+    index = CentroidIndex(16, DIM)
+    eye = np.eye(DIM, dtype=np.float32)
+    blocks = []
+    for s in scores.values():
+        c = np.repeat(eye[2:3], 16, axis=0)
+        c[0] = s * eye[0] + np.sqrt(1 - s * s) * eye[1]
+        blocks.append(c)
+    index.add_block(list(scores), np.stack(blocks))
+    return index
+
+
+def test_near_tie_margin_grows_with_the_query_tokens_and_with_their_similarity() -> None:
+    eye = np.eye(DIM, dtype=np.float32)
+    assert candidates.near_tie_margin(eye[:1]) == pytest.approx(candidates.NEAR_TIE_MARGIN)
+    assert candidates.near_tie_margin(eye[:9]) == pytest.approx(3 * candidates.NEAR_TIE_MARGIN)  # independent: sqrt(t)
+    assert candidates.near_tie_margin(np.repeat(eye[:1], 9, 0)) == pytest.approx(9 * candidates.NEAR_TIE_MARGIN)  # copies: t
+    assert candidates.near_tie_margin(np.concatenate([eye[:1], -eye[:1]])) == pytest.approx(np.sqrt(2) * candidates.NEAR_TIE_MARGIN)
+
+
+def test_documents_within_the_margin_of_the_kth_estimate_widen_the_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flat estimates keep every near-tie of the k-th best (up to ``most``); clear ones keep ``n``; rank 0 never widens."""
+    monkeypatch.setattr(candidates, "NEAR_TIE_MARGIN", 0.05)
+    best = {f"b{i}": 0.99 - 0.01 * i for i in range(10)}  # the 10th best estimate: 0.90
+    near = {f"n{i}": 0.87 for i in range(30)}  # within 0.05 of it
+    far = {f"f{i}": 0.80 - 0.01 * i for i in range(40)}  # beyond
+    index = _one_token_index(best | near | far)
+    query = np.eye(DIM, dtype=np.float32)[:1]
+    assert index.top(query, 12) == index.top_widened(query, 12, rank=0, most=500)
+    assert len(index.top(query, 12)) == 12
+    assert set(index.top_widened(query, 12, rank=10, most=500)) == set(best) | set(near)
+    capped = index.top_widened(query, 12, rank=10, most=25)
+    assert len(capped) == 25 and set(best) <= set(capped) <= set(best) | set(near)
+    assert len(index.top_widened(query, 45, rank=10, most=500)) == 45  # never fewer than asked
+    # A filter: the k-th best among the allowed documents sets the bar.
+    allowed = {"b0", *near, *far}
+    alone = index.top_widened(query, 5, allowed, rank=1, most=500)  # only b0 is near the best: n stands
+    assert len(alone) == 5 and "b0" in alone and set(alone) - {"b0"} <= set(near)
+    assert set(index.top_widened(query, 5, allowed, rank=2, most=500)) == {"b0"} | set(near)
+    # Clear estimates: the 10th best stands 0.1 above the rest, so nothing is added.
+    clear = _one_token_index(best | {f"f{i}": 0.80 - 0.01 * i for i in range(40)})
+    assert len(clear.top_widened(query, 12, rank=10, most=500)) == 12
+
+
+def test_automatic_counts_widen_the_summaries_candidates_and_explicit_ones_do_not() -> None:
+    from docpc_retrievers.store.search import two_stage
+
+    asked: list[tuple[str, int, int | None, int | None]] = []
+
+    class Spy(CentroidIndex):
+        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None) -> list[str]:
+            asked.append(("top", n, None, None))
+            return [f"x{i}" for i in range(n)]
+
+        def top_widened(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int) -> list[str]:
+            asked.append(("widened", n, rank, most))
+            return [f"x{i}" for i in range(n)]
+
+    search = TwoStageSearch(Spy(16, DIM), None, n_candidates=8)  # type: ignore[arg-type]
+    long_query = np.zeros((two_stage.MIXED_MAX_TOKENS + 1, DIM), dtype=np.float32)
+    search.candidates(long_query, 50, None, top_k=10)
+    search.candidates(long_query, 50, None, top_k=10, explicit=True)
+    search.candidates(long_query, 50, None)
+    assert asked == [("widened", 50, 10, two_stage.NEAR_TIE_FACTOR * 8), ("top", 50, None, None), ("top", 50, None, None)]
+    asked.clear()
+    tokens = Spy(16, DIM)
+    mixed = TwoStageSearch(Spy(16, DIM), None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
+    mixed.candidates(np.zeros((two_stage.MIXED_MAX_TOKENS, DIM), dtype=np.float32), 40, None, top_k=3)
+    # The token stage's 20 (never widened), the summaries' other 20 widened within the rest of the cap.
+    assert asked == [("top", 20, None, None), ("widened", 20, 3, two_stage.NEAR_TIE_FACTOR * 8 - 20)]

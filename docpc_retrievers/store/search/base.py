@@ -34,6 +34,14 @@ class CandidateIndex(ABC):
     def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
         """Ids of the ``n`` documents likeliest to score highest for ``query [t, dim]``, within ``allowed``."""
 
+    def top_widened(
+        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int
+    ) -> list[str]:
+        """:meth:`top`, plus the documents whose estimate this backend cannot tell from the ``rank``-th best (at
+        most ``most`` in all): a query whose estimates are flat needs more candidates than one whose best stand
+        out. A backend that has no such estimate returns :meth:`top`'s ``n``."""
+        return self.top(query, n, allowed)
+
     @abstractmethod
     def ids(self) -> list[str]:
         """Every live document id."""

@@ -57,6 +57,12 @@ hard 0.997 -> 1.000, at p50 45-85 ms)."""
 SMALL_INDEX_BUDGET = 32768
 """``CANDIDATE_TOKEN_BUDGET`` of a small index."""
 SMALL_INDEX_SCALE = 2
+NEAR_TIE_FACTOR = 16
+"""A query whose summary estimates are flat keeps up to this many times ``n_candidates``: every document within
+``NEAR_TIE_MARGIN`` (centroids.py) of the ``top_k``-th estimate. On a 100k benchmark store built from empty (50
+queries per set, alternating runs): topic recall@10 0.85 -> 0.974 (8x: 0.934), long 0.968 -> 0.998, p50 unchanged
+(the median topic query keeps 1,078 candidates, against 983) but topic p90 105-108 -> 179-218 ms; the held-back cone
+generator and 10k unchanged (docs/store.md, "Near-ties widen the candidates")."""
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
@@ -127,27 +133,38 @@ class TwoStageSearch:
             gone |= missing
         return found[:top_k]
 
-    def candidates(self, q: np.ndarray, n: int, allowed: set[str] | None, *, explicit: bool = False) -> list[str]:
+    def candidates(
+        self, q: np.ndarray, n: int, allowed: set[str] | None, *, explicit: bool = False, top_k: int = 0
+    ) -> list[str]:
         """The first stage's ``n`` candidates; a short query takes the token-level stage's instead and a mixed one
         (``MIXED_MAX_TOKENS``) some of each (when there is a token stage). ``explicit``: ``n`` was asked for by
-        the caller, so a short query's cap (``MAX_CANDIDATE_FACTOR`` x ``n_candidates``) does not apply."""
+        the caller, so a short query's cap (``MAX_CANDIDATE_FACTOR`` x ``n_candidates``) does not apply and the
+        summaries are not widened. ``top_k``: widen the summaries' candidates to the near-ties of their
+        ``top_k``-th best (``NEAR_TIE_FACTOR``; 0: never)."""
+        def summaries(count: int) -> list[str]:
+            if explicit or top_k <= 0:
+                return self.first_stage.top(q, count, allowed)
+            most = max(count, NEAR_TIE_FACTOR * self.n_candidates - (n - count))
+            return self.first_stage.top_widened(q, count, allowed, rank=top_k, most=most)
+
         tokens = self.token_stage() if self.token_stage is not None and q.shape[0] <= MIXED_MAX_TOKENS else None
         if tokens is None:
-            return self.first_stage.top(q, n, allowed)
+            return summaries(n)
         if q.shape[0] <= TOKEN_STAGE_MAX_TOKENS:
             # A short query: the token stage ranks it well, summaries poorly. It takes up to MAX_CANDIDATE_FACTOR x
             # n_candidates from the token stage alone: with the fast-scan token stage, its best 1,024 held 0.99 of
             # the exact top 10 at 100k (1.000 at 10k), and adding the summaries' best 256 held no more for 26 ms more.
             return tokens.top(q, n if explicit else min(n, MAX_CANDIDATE_FACTOR * self.n_candidates), allowed)
         found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
-        return list(dict.fromkeys([*found, *self.first_stage.top(q, n - len(found), allowed)]))
+        return list(dict.fromkeys([*found, *summaries(n - len(found))]))
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
         aggregate: str, *, explicit: bool = False,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
         """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates."""
-        cand = pool if exhaustive or len(pool) <= n_cand else self.candidates(q, n_cand, allowed, explicit=explicit)
+        small = exhaustive or len(pool) <= n_cand
+        cand = pool if small else self.candidates(q, n_cand, allowed, explicit=explicit, top_k=top_k)
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
             fast = np.concatenate([exact_scores(q, cand[s : s + SCORE_CHUNK], self.source, aggregate, fast=True)[0]
