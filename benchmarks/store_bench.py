@@ -28,6 +28,7 @@ the same against a ``chroma run`` server on loopback.
     .venv/bin/python benchmarks/store_bench.py --server                # the same through chroma run
     .venv/bin/python benchmarks/store_bench.py --docs 100000 --insert-docs 5000 --queries 8
     .venv/bin/python benchmarks/store_bench.py --generator cone        # the held-back generator (held_back_corpus.py)
+    .venv/bin/python benchmarks/store_bench.py --skew 1.1 --near-tie-factors 0 8   # near-tie widening off, capped at 8x
 """
 
 from __future__ import annotations
@@ -241,9 +242,15 @@ def reader(args: argparse.Namespace) -> None:
         queries = {f.stem.removeprefix("queries-"): list(np.load(f, allow_pickle=True))
                    for f in sorted(path.parent.glob("queries-*.npy"))}
         found: dict[str, tuple[str, list[list[str]]]] = {}  # label -> (query set, ids found per query)
-        for n in [None, *(args.candidates or [])]:  # the store's own count, then each --candidates count
+        from docpc_retrievers.store.search import two_stage
+
+        default_factor = two_stage.NEAR_TIE_FACTOR
+        # The store's own count, then each --candidates count, then each --near-tie-factors widening (0: off).
+        runs = [(n, None) for n in [None, *(args.candidates or [])]] + [(None, f) for f in args.near_tie_factors or []]
+        for n, factor in runs:
+            two_stage.NEAR_TIE_FACTOR = default_factor if factor is None else factor
             for name, qs in queries.items():
-                label = name if n is None else f"{name} @{n}"
+                label = name if n is None and factor is None else f"{name} @{n}" if n else f"{name} near-ties x{factor}"
                 lat, ids = [], []
                 for q in qs:
                     t0 = time.perf_counter()
@@ -252,6 +259,7 @@ def reader(args: argparse.Namespace) -> None:
                     ids.append([h.id for h in hits])
                 found[label] = (name, ids)
                 out[label] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000}
+        two_stage.NEAR_TIE_FACTOR = default_factor
         out["peak_rss_mb"] = _peak_rss_mb()  # a reader's peak, before the exhaustive ground truth below
         out.update(_rss_split_mb())  # now: the reader's own (anonymous) memory and file pages mapped from the cache
         exact = {name: [{h.id for h in store.search(q, 10, exhaustive=True, where=SET_FILTERS.get(name))} for q in qs]
@@ -290,12 +298,15 @@ def _rss_split_mb() -> dict[str, float]:
     return out
 
 
-def _run_reader(path: Path, server: tuple[str, int] | None, phase: str, candidates: list[int] | None = None) -> dict[str, Any]:
+def _run_reader(path: Path, server: tuple[str, int] | None, phase: str, candidates: list[int] | None = None,
+                factors: list[int] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--reader", str(path), "--phase", phase]
     if server:
         cmd += ["--host", server[0], "--port", str(server[1])]
     if candidates:
         cmd += ["--candidates", *map(str, candidates)]
+    if factors:
+        cmd += ["--near-tie-factors", *map(str, factors)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -307,7 +318,7 @@ def scale(args: argparse.Namespace, server: tuple[str, int] | None) -> dict[str,
     try:
         result = fill(args, tmp / "store", server)
         # A reader process on the machine that wrote (its cache filled by the writes).
-        searched = _run_reader(tmp / "store", server, "search", args.candidates)
+        searched = _run_reader(tmp / "store", server, "search", args.candidates, args.near_tie_factors)
         result["cold_open_cached_s"] = searched.pop("open_s")
         result["imports_s"] = searched.pop("imports_s")
         result.update(searched)
@@ -526,6 +537,10 @@ def main() -> None:
     ap.add_argument(
         "--candidates", type=int, nargs="+",
         help="also run every query set with these first-stage counts (search's n_candidates): recall against latency",
+    )
+    ap.add_argument(
+        "--near-tie-factors", type=int, nargs="+",
+        help="also run every query set with these near-tie widening caps (two_stage.NEAR_TIE_FACTOR; 0: no widening)",
     )
     ap.add_argument("--peers", action="store_true", help="also run other engines on the same vectors (the [bench] extra)")
     ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")
