@@ -299,3 +299,30 @@ def test_a_token_stage_trained_on_a_stores_first_documents_is_retrained_as_the_s
         assert tokens is not None and tokens.trained_on == 500 and not tokens.outgrown and len(tokens) == 500
         query = _unit(docs[450][[1, 3]] + 0.01)
         assert reader.search(query, top_k=1)[0].id == ids[450]
+
+
+def test_a_periodic_save_during_a_commit_keeps_that_commits_documents_in_both_snapshots(
+    tmp_path: Path, small_lists: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save a long indexing run makes every ``_SAVE_EVERY`` documents ran before the commit's documents were
+    counted: their counts were saved as 0, and a token stage rebuilt then (outgrown) lacked them for good, so every
+    reader rebuilt it from every stored vector on its first short query (minutes at 100k documents)."""
+    from docpc_retrievers.store import view as view_module
+
+    monkeypatch.setattr(view_module, "_SAVE_EVERY", 100)
+    docs, ids = _docs(560, seed=4), _ids(560)
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids[:60], docs[:60], [{} for _ in range(60)])  # the token stage trains on these 60
+        for start in range(60, 560, 100):  # a save after each; the last (560 >= 8 x 60) rebuilds the token stage
+            store.add(ids[start : start + 100], docs[start : start + 100], [{} for _ in range(100)])
+        view = store._view
+        assert view is not None and view.tokens is not None and view.tokens.trained_on == 560
+        assert len(view.tokens) == 560 and set(view.tokens.ids()) == set(ids)
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
+        assert reader.count() == 560
+        v = reader._view
+        assert v is not None and v.tokens is not None  # the writer's token stage, opened rather than rebuilt
+        assert len(v.tokens) == 560 and v.tokens._base is not None
+        assert all(v.n[i] == 40 for i in ids)  # every count saved, none as 0
+        query = _unit(docs[530][[1, 3]] + 0.01)
+        assert reader.search(query, top_k=1)[0].id == ids[530]

@@ -105,13 +105,13 @@ class StoreView:
         elif self._tokens_wanted and not self.n:  # the first documents of a store: start the token stage with them
             self.tokens = TokenIndex(self.dim)
             self.tokens.add(list(ids), vectors)
-        self._added_since_save += len(ids)
-        if self._added_since_save >= _SAVE_EVERY:  # bounds the in-memory segments of a long indexing run
-            self.save()
         for doc_id, n, split in zip(ids, counts, parts):
             self.n[doc_id] = int(n)
             if split:
                 self.parts[doc_id] = split
+        self._added_since_save += len(ids)
+        if self._added_since_save >= _SAVE_EVERY:  # bounds the in-memory segments of a long indexing run
+            self.save()  # after the counts: a save records them, and a token-stage rebuild reads every counted id
 
     def forget(self, ids: Sequence[str]) -> None:
         self.index.remove(ids)
