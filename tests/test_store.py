@@ -117,8 +117,11 @@ def test_a_search_takes_the_candidate_count_it_is_given(tmp_path: Path, monkeypa
         q = _unit(docs[30][:20] + 0.3 * _unit(rng.standard_normal((20, DIM))))  # 20 tokens: the summaries alone
         search = store._view.search
         asked: list[int] = []
-        top = search.first_stage.top
-        monkeypatch.setattr(search.first_stage, "top", lambda query, n, allowed=None: asked.append(n) or top(query, n, allowed))
+        widened = search.first_stage.top_widened  # what top calls too; the automatic count may keep near-ties past n
+        monkeypatch.setattr(
+            search.first_stage, "top_widened",
+            lambda query, n, allowed=None, **kw: asked.append(n) or widened(query, n, allowed, **kw),
+        )
         default = store.search(q, top_k=10)
         wide = store.search(q, top_k=10, n_candidates=120)
         store.search(q, top_k=10, n_candidates=3)

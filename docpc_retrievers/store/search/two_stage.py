@@ -2,7 +2,8 @@
 
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
-reliably and cost less per candidate. Small indexes (``SMALL_INDEX_DOCS``)
+reliably and cost less per candidate. One whose summary estimates are flat also keeps their near-ties
+(``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take the token-level stage's candidates instead (tokens.py), and queries of up to 16 tokens some of
 each. The candidates are scored
