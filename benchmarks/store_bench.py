@@ -246,11 +246,12 @@ def reader(args: argparse.Namespace) -> None:
 
         default_factor = two_stage.NEAR_TIE_FACTOR
         # The store's own count, then each --candidates count, then each --near-tie-factors widening (0: off).
-        runs = [(n, None) for n in [None, *(args.candidates or [])]] + [(None, f) for f in args.near_tie_factors or []]
-        for n, factor in runs:
+        runs = [(n, None, f" @{n}" if n else "") for n in [None, *(args.candidates or [])]]
+        runs += [(None, f, f" near-ties x{f}") for f in args.near_tie_factors or []]
+        for n, factor, suffix in runs:
             two_stage.NEAR_TIE_FACTOR = default_factor if factor is None else factor
             for name, qs in queries.items():
-                label = name if n is None and factor is None else f"{name} @{n}" if n else f"{name} near-ties x{factor}"
+                label = name + suffix
                 lat, ids = [], []
                 for q in qs:
                     t0 = time.perf_counter()
