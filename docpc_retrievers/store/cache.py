@@ -134,7 +134,7 @@ class VectorCache:
         view = self._view(doc_id)
         return None if view is None else view.tobytes()
 
-    def views(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
+    def views(self, ids: Iterable[str], *, advise: bool = True) -> dict[str, np.ndarray]:
         """Read-only uint8 views of cached entries in the mapped files (misses left out), their reads issued together.
 
         What :meth:`get_many` returns without copying each entry into a ``bytes`` first: exact scoring copies the
@@ -142,8 +142,8 @@ class VectorCache:
         files are append-only and never truncated (compaction writes new ones), so a view stays valid.
         """
         wanted = [i for i in ids if i in self._where]
-        if len(wanted) > 1:
-            self._advise(wanted)
+        if advise and len(wanted) > 1:
+            self.advise(wanted)
         self._flush_for(wanted)
         out: dict[str, np.ndarray] = {}
         for doc_id in wanted:
@@ -185,17 +185,24 @@ class VectorCache:
             return None
         return mm[offset : offset + length]
 
-    def _advise(self, ids: Iterable[str]) -> None:
-        """Start reading the ranges of ``ids`` into the page cache (a hint: failures are ignored)."""
+    def advise(self, ids: Iterable[str]) -> None:
+        """Start reading the cached ranges of ``ids`` into the page cache (a hint: unknown ids and failures are
+        ignored). Safe beside other threads' reads: the search's threads advise their blocks in parallel."""
         advise = getattr(os, "posix_fadvise", None)
         if advise is None:
             return
         for doc_id in ids:
-            name, offset, length = self._where[doc_id]
+            where = self._where.get(doc_id)
+            if where is None:
+                continue
+            name, offset, length = where
             try:
                 fd = self._fds.get(name)
                 if fd is None:
-                    fd = self._fds[name] = os.open(self.folder / name, os.O_RDONLY)
+                    opened = os.open(self.folder / name, os.O_RDONLY)
+                    fd = self._fds.setdefault(name, opened)
+                    if fd != opened:  # another thread opened it first
+                        os.close(opened)
                 advise(fd, offset, length, os.POSIX_FADV_WILLNEED)
             except OSError:
                 return

@@ -11,7 +11,7 @@ import numpy as np
 
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.cache import VectorCache
-from docpc_retrievers.store.codec import int8_views, unpack_vectors
+from docpc_retrievers.store.codec import unpack_vectors
 from docpc_retrievers.store.engine import ChromaEngine
 
 __all__ = ["SCRATCH_ROWS", "VectorReader", "read_grid"]
@@ -32,6 +32,7 @@ class VectorReader:
         self.engine, self.cache, self.path, self.dim = engine, cache, path, dim
         self.counts, self._parts = counts, parts
         self._local = threading.local()
+        self._lock = threading.Lock()
 
     def packed(self, ids: Sequence[str]) -> dict[str, bytes]:
         """Packed vectors of ``ids``; absent for documents deleted meanwhile (StoreError if a live one lacks them)."""
@@ -58,23 +59,26 @@ class VectorReader:
         as in :meth:`packed` (and are cached). A document deleted meanwhile is left out. The rows and scales are
         this thread's scratch buffers: valid until its next call (exact scoring multiplies them at once).
         """
-        found: dict[str, np.ndarray | bytes] = dict(self.cache.views(ids))
-        short = [d for d, v in found.items() if d in self.counts and len(v) < self.counts[d] * (self.dim + 2)]
-        if short:  # a cache entry that does not hold its record's rows is a miss: asked from Chroma again below
-            self.cache.drop(short)
-            for doc_id in short:
-                del found[doc_id]
-        missing = [doc_id for doc_id in ids if doc_id not in found]
-        if missing:
-            found.update(self.packed(missing))
-        kept = [doc_id for doc_id in ids if doc_id in found and doc_id in self.counts]
-        sizes = [self.counts[doc_id] for doc_id in kept]
-        total = sum(sizes)
+        if len(ids) > 1:
+            self.cache.advise(ids)  # outside the lock: the threads' system calls overlap
+        with self._lock:  # the cache's maps and a miss's fetch and write are shared by the threads of a search
+            found: dict[str, np.ndarray] = dict(self.cache.views(ids, advise=False))
+            short = [d for d, v in found.items() if d in self.counts and len(v) < self.counts[d] * (self.dim + 2)]
+            if short:  # a cache entry that does not hold its record's rows is a miss: asked from Chroma again below
+                self.cache.drop(short)
+                for doc_id in short:
+                    del found[doc_id]
+            missing = [doc_id for doc_id in ids if doc_id not in found]
+            if missing:
+                found.update({d: np.frombuffer(b, dtype=np.uint8) for d, b in self.packed(missing).items()})
+            kept = [doc_id for doc_id in ids if doc_id in found and doc_id in self.counts]
+            sizes = [self.counts[doc_id] for doc_id in kept]
+        total, dim = sum(sizes), self.dim
         rows, scales = self._scratch(total)
-        if kept:
-            views = [int8_views(found[doc_id], self.dim, n) for doc_id, n in zip(kept, sizes)]
-            np.concatenate([v[0] for v in views], out=rows)
-            np.concatenate([v[1] for v in views], out=scales)
+        if kept:  # byte slices of the packed layout (int8 rows, then float16 scales): no per-document view objects
+            buffers = [found[doc_id] for doc_id in kept]
+            np.concatenate([b[: n * dim] for b, n in zip(buffers, sizes)], out=rows.reshape(-1).view(np.uint8))
+            np.concatenate([b[n * dim : n * (dim + 2)] for b, n in zip(buffers, sizes)], out=scales.view(np.uint8))
         return kept, sizes, rows, scales
 
     def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:

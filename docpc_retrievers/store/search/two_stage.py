@@ -8,7 +8,7 @@ have a larger budget and double the cap: their first stage leaves the time. Quer
 a few tokens take the token-level stage's candidates instead (tokens.py), and queries of up to 16 tokens some of
 each. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
-int8 rows natively, or in bfloat16 where that is faster: exact.py), the best
+int8 rows natively, or in bfloat16 where that is faster, in blocks on a few threads: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
 returns. On the skewed benchmark at 10,000 documents, 20-30-token queries
 about popular topics needed 768 candidates to hold 0.99 of the exact top 10
@@ -24,7 +24,7 @@ import numpy as np
 
 from docpc_retrievers.blas_threads import single_blas_thread
 from docpc_retrievers.store.search.base import CandidateIndex, VectorSource
-from docpc_retrievers.store.search.exact import exact_scores
+from docpc_retrievers.store.search.exact import approximate_scores, exact_scores
 from docpc_retrievers.store.search.tokens import TokenIndex
 
 __all__ = ["CANDIDATE_TOKEN_BUDGET", "Hit", "TwoStageSearch", "check_queries"]
@@ -168,8 +168,7 @@ class TwoStageSearch:
         cand = pool if small else self.candidates(q, n_cand, allowed, explicit=explicit, top_k=top_k)
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
-            fast = np.concatenate([exact_scores(q, cand[s : s + SCORE_CHUNK], self.source, aggregate, fast=True)[0]
-                                   for s in range(0, len(cand), SCORE_CHUNK)])
+            fast = approximate_scores(q, cand, self.source, aggregate)
             cand = [cand[i] for i in np.argsort(-fast, kind="stable")[:keep] if fast[i] > -np.inf]
         best: list[tuple[float, str, tuple[float, ...]]] = []
         for start in range(0, len(cand), SCORE_CHUNK):

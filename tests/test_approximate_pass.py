@@ -1,0 +1,96 @@
+"""The approximate pass that shortlists candidates: blocks on several threads score what one thread does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docpc_retrievers.scoring.maxsim import maxsim
+from docpc_retrievers.store.codec import dequantize, quantize
+from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.search import exact
+
+DIM = 16
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chroma_systems() -> Iterator[None]:
+    yield
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+class _Rows:
+    """An in-memory VectorSource: int8 rows per document; ``gone`` are deleted (left out of :meth:`rows`)."""
+
+    def __init__(self, docs: dict[str, np.ndarray], gone: set[str]) -> None:
+        self.docs = {d: quantize(v) for d, v in docs.items()}
+        self.gone = gone
+
+    def rows(self, ids: Sequence[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+        kept = [d for d in ids if d not in self.gone]
+        rows = np.concatenate([self.docs[d][0] for d in kept]) if kept else np.zeros((0, DIM), np.int8)
+        scales = np.concatenate([self.docs[d][1] for d in kept]) if kept else np.zeros(0, np.float16)
+        return kept, [len(self.docs[d][0]) for d in kept], rows, scales
+
+    def parts(self, doc_id: str) -> tuple[int, ...] | None:
+        return None
+
+
+def test_blocks_on_threads_score_like_one_pass_and_keep_deleted_documents_at_minus_inf(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(0)
+    docs = {f"d{i}": _unit(rng.standard_normal((int(rng.integers(3, 30)), DIM))) for i in range(41)}
+    source = _Rows(docs, gone={"d5", "d33"})
+    ids = list(docs)
+    query = _unit(rng.standard_normal((7, DIM)))
+    whole = exact.exact_scores(query, ids, source, fast=True)[0]
+    monkeypatch.setattr(exact, "SHORTLIST_BLOCK", 4)
+    monkeypatch.setattr(exact, "SHORTLIST_THREADS", 3)
+    blocked = exact.approximate_scores(query, ids, source)
+    assert blocked.shape == (41,)
+    np.testing.assert_array_equal(blocked, whole)
+    assert np.isneginf(blocked[[5, 33]]).all() and np.isfinite(np.delete(blocked, [5, 33])).all()
+    # The approximate scores are close to exact MaxSim over the dequantised rows.
+    reference = maxsim([query], [dequantize(*source.docs[d]) for d in ids])[0]
+    live = np.isfinite(blocked)
+    np.testing.assert_allclose(blocked[live], reference[live], atol=0.05)
+    assert exact.approximate_scores(query, [], source).shape == (0,)
+
+
+def test_a_search_whose_approximate_pass_spans_blocks_on_threads_returns_the_single_thread_ranking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(1)
+    docs = [_unit(rng.standard_normal((int(rng.integers(10, 40)), DIM))) for _ in range(300)]
+    ids = [f"{i:032x}" for i in range(300)]
+    with MultiVectorStore(tmp_path / "s", writable=True, n_centroids=4, n_candidates=200) as store:
+        store.add(ids, docs, [{"source": f"/d/{i}.pdf"} for i in range(300)])
+    query = _unit(rng.standard_normal((9, DIM)))
+    with MultiVectorStore(tmp_path / "s") as store:
+        monkeypatch.setattr(exact, "SHORTLIST_THREADS", 1)
+        one = store.search(query, top_k=10)
+        monkeypatch.setattr(exact, "SHORTLIST_BLOCK", 16)
+        monkeypatch.setattr(exact, "SHORTLIST_THREADS", 2)
+        calls: list[int] = []
+        original = store._view.reader.rows
+
+        def counted(block: Sequence[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+            calls.append(len(block))
+            return original(block)
+
+        monkeypatch.setattr(store._view.reader, "rows", counted)
+        many = store.search(query, top_k=10)
+    assert [(h.id, h.score) for h in many] == [(h.id, h.score) for h in one]
+    assert len(calls) > 2 and max(calls[:-1]) <= 16  # the approximate pass ran in blocks, then the exact pass
+    exact_top = np.argsort(-maxsim([query], docs)[0])[:10]
+    assert [h.id for h in one][:3] == [ids[i] for i in exact_top[:3]]
