@@ -94,3 +94,37 @@ def test_a_search_whose_approximate_pass_spans_blocks_on_threads_returns_the_sin
     assert len(calls) > 2 and max(calls[:-1]) <= 16  # the approximate pass ran in blocks, then the exact pass
     exact_top = np.argsort(-maxsim([query], docs)[0])[:10]
     assert [h.id for h in one][:3] == [ids[i] for i in exact_top[:3]]
+
+
+def test_reads_are_hinted_until_a_copy_runs_at_memory_speed_and_again_after_a_slow_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from docpc_retrievers.store import payload
+
+    rng = np.random.default_rng(2)
+    docs = [_unit(rng.standard_normal((200, 128))) for _ in range(60)]  # 1.5 MB of int8 rows: a sample that tells
+    ids = [f"{i:032x}" for i in range(60)]
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids, docs, [{"source": f"/d/{i}.pdf"} for i in range(60)])
+    with MultiVectorStore(tmp_path / "s") as store:
+        store.count()
+        reader = store._view.reader
+        hinted: list[int] = []
+        original = reader.cache.advise
+        monkeypatch.setattr(reader.cache, "advise", lambda block: (hinted.append(len(block)), original(block))[1])
+        monkeypatch.setattr(payload, "WARM_COPY_RATE", 1.0)  # every copy counts as one from memory
+        first = reader.rows(ids)
+        kept, sizes, rows, scales = first[0], first[1], first[2].copy(), first[3].copy()
+        assert hinted == [60]  # a new reader hints its first reads
+        again = reader.rows(ids)
+        assert hinted == [60]  # the last copy ran at memory speed: no hint
+        assert again[0] == kept and again[1] == sizes
+        np.testing.assert_array_equal(again[2], rows)
+        np.testing.assert_array_equal(again[3], scales)
+        monkeypatch.setattr(payload, "WARM_COPY_RATE", 1e30)  # every copy counts as one from disk
+        reader.rows(ids)
+        assert hinted == [60]  # decided by the copy before it
+        reader.rows(ids)
+        assert hinted == [60, 60]  # a slow copy brings the hints back
+    expected = np.concatenate([quantize(d)[0] for d in docs])
+    np.testing.assert_array_equal(rows, expected)

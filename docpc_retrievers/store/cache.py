@@ -23,7 +23,7 @@ import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -150,6 +150,25 @@ class VectorCache:
             view = self._view(doc_id)
             if view is not None:
                 out[doc_id] = view
+        return out
+
+    def buffers(self, ids: Sequence[str]) -> list[np.ndarray | None]:
+        """:meth:`views` without the hint, as a list in the order of ``ids`` (None: a miss): the few dictionary
+        lookups per entry that the approximate pass can afford for thousands of candidates."""
+        self._flush_for(ids)
+        where, maps = self._where, self._maps
+        out: list[np.ndarray | None] = []
+        for doc_id in ids:
+            entry = where.get(doc_id)
+            if entry is None:
+                out.append(None)
+                continue
+            name, offset, length = entry
+            mm = maps.get(name)
+            if mm is not None and mm.shape[0] >= offset + length:
+                out.append(mm[offset : offset + length])
+            else:  # a file not mapped yet (or grown since), or unreadable: the careful path
+                out.append(self._view(doc_id))
         return out
 
     def get_many(self, ids: Iterable[str]) -> dict[str, bytes]:

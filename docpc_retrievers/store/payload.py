@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -21,6 +22,14 @@ SCRATCH_ROWS = 1 << 20
 candidates of a grid store are about 400k rows; larger gathers get fresh arrays."""
 
 
+WARM_COPY_RATE = 1e9
+"""Bytes per second above which a copy of cached rows came from memory, not disk. The next reads then skip their
+hints (``posix_fadvise``), which on a warm cache cost more than the copy: 8,192 candidates of the 100k benchmark
+store took 176 ms without hints and 227 ms with them (two threads); a copy from disk without hints runs far below
+this rate, so the hints come back with the first slow copy."""
+_RATE_SAMPLE_BYTES = 1 << 20
+
+
 class VectorReader:
     """The :class:`~docpc_retrievers.store.search.VectorSource` of a store: packed int8 rows by document id.
 
@@ -33,6 +42,7 @@ class VectorReader:
         self.counts, self._parts = counts, parts
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._warm = False
 
     def packed(self, ids: Sequence[str]) -> dict[str, bytes]:
         """Packed vectors of ``ids``; absent for documents deleted meanwhile (StoreError if a live one lacks them)."""
@@ -58,28 +68,49 @@ class VectorReader:
         Cached entries are copied once, from the mapped cache straight into the result; misses come from Chroma
         as in :meth:`packed` (and are cached). A document deleted meanwhile is left out. The rows and scales are
         this thread's scratch buffers: valid until its next call (exact scoring multiplies them at once).
+
+        The reads are hinted to the kernel first (outside the lock: the threads' system calls overlap) unless the
+        last sizable copy ran at memory speed (:data:`WARM_COPY_RATE`): on a warm cache the hints cost more than
+        the copy they precede.
         """
-        if len(ids) > 1:
-            self.cache.advise(ids)  # outside the lock: the threads' system calls overlap
+        if len(ids) > 1 and not self._warm:
+            self.cache.advise(ids)
+        dim, counts = self.dim, self.counts
         with self._lock:  # the cache's maps and a miss's fetch and write are shared by the threads of a search
-            found: dict[str, np.ndarray] = dict(self.cache.views(ids, advise=False))
-            short = [d for d, v in found.items() if d in self.counts and len(v) < self.counts[d] * (self.dim + 2)]
-            if short:  # a cache entry that does not hold its record's rows is a miss: asked from Chroma again below
-                self.cache.drop(short)
-                for doc_id in short:
-                    del found[doc_id]
-            missing = [doc_id for doc_id in ids if doc_id not in found]
+            kept, sizes, buffers, missing = [], [], [], []
+            for doc_id, buf in zip(ids, self.cache.buffers(ids)):
+                n = counts.get(doc_id)
+                if n is None:  # deleted meanwhile
+                    continue
+                if buf is None or len(buf) < n * (dim + 2):  # a miss, or an entry short of its record's rows
+                    missing.append(doc_id)
+                kept.append(doc_id)
+                sizes.append(n)
+                buffers.append(buf)
             if missing:
-                found.update({d: np.frombuffer(b, dtype=np.uint8) for d, b in self.packed(missing).items()})
-            kept = [doc_id for doc_id in ids if doc_id in found and doc_id in self.counts]
-            sizes = [self.counts[doc_id] for doc_id in kept]
-        total, dim = sum(sizes), self.dim
+                kept, sizes, buffers = self._fetch_missing(ids, kept, buffers, missing)
+        total = sum(sizes)
         rows, scales = self._scratch(total)
         if kept:  # byte slices of the packed layout (int8 rows, then float16 scales): no per-document view objects
-            buffers = [found[doc_id] for doc_id in kept]
+            start = time.perf_counter()
             np.concatenate([b[: n * dim] for b, n in zip(buffers, sizes)], out=rows.reshape(-1).view(np.uint8))
+            if total * dim >= _RATE_SAMPLE_BYTES:  # a copy large enough to tell memory from disk
+                self._warm = total * dim > WARM_COPY_RATE * (time.perf_counter() - start)
             np.concatenate([b[n * dim : n * (dim + 2)] for b, n in zip(buffers, sizes)], out=scales.view(np.uint8))
         return kept, sizes, rows, scales
+
+    def _fetch_missing(
+        self, ids: Sequence[str], kept: list[str], buffers: list[np.ndarray | None], missing: list[str]
+    ) -> tuple[list[str], list[int], list[np.ndarray]]:
+        """``kept`` with the misses' buffers fetched from Chroma (and cached); a cache entry too short for its
+        record is dropped and fetched again. Documents deleted meanwhile are left out; the order of ``ids`` kept."""
+        wanted = set(missing)
+        self.cache.drop([d for d, b in zip(kept, buffers) if b is not None and d in wanted])
+        fetched = {d: np.frombuffer(b, dtype=np.uint8) for d, b in self.packed(missing).items()}
+        found = {d: b for d, b in zip(kept, buffers) if b is not None and d not in fetched}
+        found.update(fetched)
+        out = [d for d in ids if d in found and d in self.counts]
+        return out, [self.counts[d] for d in out], [found[d] for d in out]
 
     def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """This thread's reusable ``[n, dim]`` int8 rows and ``[n]`` scales (grown as needed, never shrunk).
