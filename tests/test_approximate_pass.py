@@ -128,24 +128,3 @@ def test_reads_are_hinted_until_a_copy_runs_at_memory_speed_and_again_after_a_sl
         assert hinted == [60, 60]  # a slow copy brings the hints back
     expected = np.concatenate([quantize(d)[0] for d in docs])
     np.testing.assert_array_equal(rows, expected)
-
-
-def test_the_pass_threads_multiply_on_one_torch_thread_each_and_the_searching_thread_keeps_its_own(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import torch
-
-    rng = np.random.default_rng(3)
-    docs = {f"d{i}": _unit(rng.standard_normal((8, DIM))) for i in range(40)}
-    before = torch.get_num_threads()
-    monkeypatch.setattr(exact, "SHORTLIST_BLOCK", 4)
-    monkeypatch.setattr(exact, "SHORTLIST_THREADS", 2)
-    monkeypatch.setattr(exact, "_POOL", None)  # a pool of this test's size
-    try:
-        exact.approximate_scores(_unit(rng.standard_normal((3, DIM))), list(docs), _Rows(docs, gone=set()))
-        assert set(exact._pool().map(lambda _: torch.get_num_threads(), range(8))) == {1}
-        assert torch.get_num_threads() == before
-    finally:
-        pool = exact._POOL
-        if pool is not None:
-            pool.shutdown()

@@ -25,9 +25,8 @@ SHORTLIST_BLOCK = 256
 """Candidates per task of the parallel approximate pass (about 100k rows of a grid store: 12 MB copied, then
 multiplied while much of it is still in the CPU's cache)."""
 SHORTLIST_THREADS = max(1, min(4, os.cpu_count() or 1))
-"""Threads of the approximate pass. On the 2-core benchmark machine (100k store, warm; medians of 10 alternating
-runs), a 28-token query's 640 / 1,400 / 4,096 candidates took 19.7 / 40.3 / 121 ms on the calling thread and
-16.4 / 32.2 / 97 ms in blocks on two threads; a 50-token query's 27 / 51 / 157 and 23 / 41 / 126 ms."""
+"""Threads of the approximate pass. On the 2-core benchmark machine, 8,192 candidates of the 100k store took
+239-280 ms in 1,024-candidate chunks on the calling thread and 144-158 ms in 256-candidate blocks on two threads."""
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -38,18 +37,8 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist",
-                                       initializer=_one_torch_thread)
+            _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist")
         return _POOL
-
-
-def _one_torch_thread() -> None:
-    """A block's products on its own thread's core: the blocks are the parallelism (torch's OpenMP thread count
-    is per calling thread, so the searching thread keeps its own). 4,096 candidates of a 28-token query at 100k:
-    121 ms on the calling thread, 106 ms on two threads of two torch threads each, 97 ms on two of one."""
-    import torch
-
-    torch.set_num_threads(1)
 
 
 def _forget_pool() -> None:
