@@ -128,3 +128,35 @@ def test_reads_are_hinted_until_a_copy_runs_at_memory_speed_and_again_after_a_sl
         assert hinted == [60, 60]  # a slow copy brings the hints back
     expected = np.concatenate([quantize(d)[0] for d in docs])
     np.testing.assert_array_equal(rows, expected)
+
+
+def test_a_process_whose_first_products_run_in_the_pass_threads_keeps_its_torch_threads() -> None:
+    """The pass's threads must not change the torch thread count of a thread that has not multiplied yet."""
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np
+from docpc_retrievers.store.codec import quantize
+from docpc_retrievers.store.search import exact
+
+class Rows:
+    def __init__(self, docs):
+        self.docs = {d: quantize(v) for d, v in docs.items()}
+    def rows(self, ids):
+        return (list(ids), [len(self.docs[d][0]) for d in ids], np.concatenate([self.docs[d][0] for d in ids]),
+                np.concatenate([self.docs[d][1] for d in ids]))
+    def parts(self, doc_id):
+        return None
+
+rng = np.random.default_rng(0)
+docs = {f"d{i}": rng.standard_normal((6, 16)).astype(np.float32) for i in range(24)}
+exact.SHORTLIST_BLOCK, exact.SHORTLIST_THREADS = 4, 2
+exact.approximate_scores(rng.standard_normal((3, 16)).astype(np.float32), list(docs), Rows(docs))
+import torch
+print(torch.get_num_threads())
+"""
+    baseline = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                              capture_output=True, text=True, check=True)
+    after = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert int(after.stdout.split()[-1]) == int(baseline.stdout.split()[-1])
