@@ -160,3 +160,26 @@ print(torch.get_num_threads())
                               capture_output=True, text=True, check=True)
     after = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert int(after.stdout.split()[-1]) == int(baseline.stdout.split()[-1])
+
+
+def test_the_pass_threads_multiply_on_one_openmp_thread_each_and_no_other_thread_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(exact, "_POOL", None)  # a pool of this test's own
+    pool = exact._pool()
+    if pool is None:
+        pytest.skip("OpenMP's thread setter is not reachable here: the pass runs on the calling thread")
+    try:
+        assert set(pool.map(lambda _: torch.get_num_threads(), range(8))) == {1}
+        fresh: list[int] = []
+        thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert torch.get_num_threads() == before and fresh == [before]
+    finally:
+        pool.shutdown()

@@ -2,7 +2,7 @@
 
 The approximate pass that shortlists many candidates runs in blocks on a few threads (:func:`approximate_scores`):
 it is bound by copying each candidate's rows out of the mapped cache (48 KB a grid), which one core does at about
-6 GB/s, and the copies and int8 products release the GIL.
+6 GB/s, and the copies and int8 products release the GIL. Each of its threads multiplies on one OpenMP thread.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -25,19 +26,51 @@ SHORTLIST_BLOCK = 256
 """Candidates per task of the parallel approximate pass (about 100k rows of a grid store: 12 MB copied, then
 multiplied while much of it is still in the CPU's cache)."""
 SHORTLIST_THREADS = max(1, min(4, os.cpu_count() or 1))
-"""Threads of the approximate pass. On the 2-core benchmark machine, 8,192 candidates of the 100k store took
-239-280 ms in 1,024-candidate chunks on the calling thread and 144-158 ms in 256-candidate blocks on two threads."""
+"""Threads of the approximate pass, each multiplying on one OpenMP thread (the blocks are the parallelism). On the
+2-core benchmark machine (100k store, warm; medians of 10 alternating runs), a 28-token query's 640 / 1,400 / 4,096
+candidates took 19.7 / 40.3 / 121 ms on the calling thread and 16.4 / 32.2 / 97 ms in blocks on two threads; on two
+threads that kept two OpenMP threads each, typical queries ran slower than on the calling thread (usual p50 64-65
+against 73-74 ms, long 72-76 against 91)."""
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+_PINNABLE: bool | None = None
 
 
-def _pool() -> ThreadPoolExecutor:
-    """The approximate pass's threads, started on first use and shared by every store of the process."""
-    global _POOL
+def _openmp_setter() -> Any:
+    """OpenMP's ``omp_set_num_threads`` as loaded by torch, or None where it is not in the process's namespace."""
+    import ctypes
+
+    import torch  # noqa: F401  (loads torch's OpenMP runtime)
+
+    return getattr(ctypes.CDLL(None), "omp_set_num_threads", None)
+
+
+def _one_openmp_thread() -> None:
+    """Pin a pass thread's products to one OpenMP thread, for this thread alone.
+
+    Not ``torch.set_num_threads(1)``: that also changes torch's process default, which a thread that has not
+    multiplied yet (the searching thread, when its first search is filtered) then takes for good (tried:
+    usual p50 at 100k went from 65 to 93 ms). torch's own per-thread setup runs first, or it would undo this.
+    """
+    import torch
+
+    torch.get_num_threads()
+    setter = _openmp_setter()
+    if setter is not None:
+        setter(1)
+
+
+def _pool() -> ThreadPoolExecutor | None:
+    """The approximate pass's threads, started on first use and shared by every store of the process; None where
+    their products cannot be pinned to one OpenMP thread each (two threads of several would only compete)."""
+    global _POOL, _PINNABLE
     with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist")
+        if _PINNABLE is None:
+            _PINNABLE = _openmp_setter() is not None
+        if _POOL is None and _PINNABLE:
+            _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist",
+                                       initializer=_one_openmp_thread)
         return _POOL
 
 
@@ -57,9 +90,10 @@ def approximate_scores(query: np.ndarray, ids: Sequence[str], source: VectorSour
     blocks = [ids[s : s + SHORTLIST_BLOCK] for s in range(0, len(ids), SHORTLIST_BLOCK)]
     if not blocks:
         return np.zeros(0, dtype=np.float32)
-    if len(blocks) == 1 or SHORTLIST_THREADS == 1:
+    pool = None if len(blocks) == 1 or SHORTLIST_THREADS == 1 else _pool()
+    if pool is None:
         return np.concatenate([exact_scores(query, b, source, aggregate, fast=True)[0] for b in blocks])
-    return np.concatenate(list(_pool().map(lambda b: exact_scores(query, b, source, aggregate, fast=True)[0], blocks)))
+    return np.concatenate(list(pool.map(lambda b: exact_scores(query, b, source, aggregate, fast=True)[0], blocks)))
 
 
 def exact_scores(
