@@ -215,7 +215,7 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
 
 
 def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
-    """Short: up to MAX_CANDIDATE_FACTOR x n_candidates from the token stage alone; mixed: some of each; long: summaries."""
+    """Short: SHORT_QUERY_FACTOR x n_candidates from the token stage alone; mixed: some of each; long: summaries."""
     from docpc_retrievers.store.search import two_stage
 
     asked: dict[str, tuple[int, int | None]] = {}
@@ -233,8 +233,8 @@ def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
     search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
     short = np.zeros((3, DIM), dtype=np.float32)
     found = search.candidates(short, search.candidates_for(short), None)
-    assert asked == {"t": (MAX_CANDIDATE_FACTOR * 8, None)}
-    assert found == [f"t{i}" for i in range(MAX_CANDIDATE_FACTOR * 8)] + ["shared"]
+    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, None)}
+    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"]
     asked.clear()
     mixed = np.zeros((two_stage.MIXED_MAX_TOKENS, DIM), dtype=np.float32)
     found = search.candidates(mixed, 600, None)  # the token stage's best 256, the summaries' best 600 - 257
@@ -250,6 +250,9 @@ def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
     asked.clear()
     search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
     assert asked == {"t": (5000, None)}
+    asked.clear()
+    search.candidates(short, 300, None)  # an automatic count above the factor's (a large top_k) is kept
+    assert asked == {"t": (300, None)}
 
 
 def _one_token_index(scores: dict[str, float]) -> CentroidIndex:

@@ -5,8 +5,8 @@ A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 reliably and cost less per candidate. One whose summary estimates are flat also keeps their near-ties
 (``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
-a few tokens take the token-level stage's candidates instead (tokens.py), and queries of up to 16 tokens some of
-each. The candidates are scored
+a few tokens take the token-level stage's candidates instead (``SHORT_QUERY_FACTOR`` x ``n_candidates``: tokens.py),
+and queries of up to 16 tokens some of each. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster, in blocks on a few threads: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
@@ -66,6 +66,11 @@ queries per set, alternating runs): topic recall@10 0.85 (off) -> 0.934 (8x) -> 
 983), topic p90 with the approximate pass on two threads 147-153 ms at 16x and 185-211 at 32x; the held-back cone
 generator and 10k unchanged (docs/store.md, "Near-ties widen the candidates" and "The approximate pass on two
 threads")."""
+SHORT_QUERY_FACTOR = 8
+"""Queries of at most ``TOKEN_STAGE_MAX_TOKENS`` tokens take this many times ``n_candidates`` from the token stage
+(unless the caller gave the count). On the 100k benchmark store built from empty (50 short queries, 2 cores, the
+approximate pass on two threads): 1,024 held 0.964 of the exact top 10 at p50 67-70 ms, 2,048 0.986 at 86-92, 2,560
+0.988 at 95-97, 3,072 0.990 at 98-105; at 10k 2,048 held 1.000 (0.998) at 39-43 ms (27-32)."""
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
@@ -141,7 +146,7 @@ class TwoStageSearch:
     ) -> list[str]:
         """The first stage's ``n`` candidates; a short query takes the token-level stage's instead and a mixed one
         (``MIXED_MAX_TOKENS``) some of each (when there is a token stage). ``explicit``: ``n`` was asked for by
-        the caller, so a short query's cap (``MAX_CANDIDATE_FACTOR`` x ``n_candidates``) does not apply and the
+        the caller, so a short query takes ``n`` (not ``SHORT_QUERY_FACTOR`` x ``n_candidates``) and the
         summaries are not widened. ``top_k``: widen the summaries' candidates to the near-ties of their
         ``top_k``-th best (``NEAR_TIE_FACTOR``; 0: never)."""
         def summaries(count: int) -> list[str]:
@@ -154,10 +159,9 @@ class TwoStageSearch:
         if tokens is None:
             return summaries(n)
         if q.shape[0] <= TOKEN_STAGE_MAX_TOKENS:
-            # A short query: the token stage ranks it well, summaries poorly. It takes up to MAX_CANDIDATE_FACTOR x
-            # n_candidates from the token stage alone: with the fast-scan token stage, its best 1,024 held 0.99 of
-            # the exact top 10 at 100k (1.000 at 10k), and adding the summaries' best 256 held no more for 26 ms more.
-            return tokens.top(q, n if explicit else min(n, MAX_CANDIDATE_FACTOR * self.n_candidates), allowed)
+            # A short query: the token stage ranks it well, summaries poorly (adding the summaries' best 256 held no
+            # more for 26 ms more). It takes SHORT_QUERY_FACTOR x n_candidates from the token stage alone.
+            return tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed)
         found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
         return list(dict.fromkeys([*found, *summaries(n - len(found))]))
 
