@@ -10,6 +10,7 @@ first thread in sets it, the last one out restores it.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,18 +22,21 @@ __all__ = ["indexing_threads", "single_blas_thread"]
 SMALL_MACHINE_CORES = 2
 
 _LOCK = threading.Lock()
-_STATE: dict[str, Any] = {"controller": None, "limit": None, "inside": 0}
+_STATE: dict[str, Any] = {"controller": None, "modules": 0, "limit": None, "inside": 0}
 
 
 @contextmanager
 def single_blas_thread() -> Iterator[None]:
     """Run the block with numpy's BLAS on one thread (nested and concurrent uses are counted)."""
     with _LOCK:
-        if _STATE["controller"] is None:
-            from threadpoolctl import ThreadpoolController
-
-            _STATE["controller"] = ThreadpoolController()
         if _STATE["inside"] == 0:
+            if _STATE["controller"] is None or _STATE["modules"] != len(sys.modules):
+                # Libraries loaded since (an import that brings its own BLAS) are limited too: the controller lists
+                # what was loaded when it was made, and making one costs about 0.5 ms, so only after new imports.
+                from threadpoolctl import ThreadpoolController
+
+                _STATE["controller"] = ThreadpoolController()
+                _STATE["modules"] = len(sys.modules)
             _STATE["limit"] = _numpy_blas(_STATE["controller"]).limit(limits=1)
         _STATE["inside"] += 1
     try:

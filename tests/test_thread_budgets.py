@@ -73,3 +73,32 @@ def test_indexing_encodes_with_one_torch_thread_on_small_machines(
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_blas_library_loaded_after_the_first_limit_is_limited_too() -> None:
+    """scipy's own OpenBLAS arrives with the encoder's imports, often after a first search set the limit."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("scipy")
+    script = """
+from threadpoolctl import threadpool_info
+from docpc_retrievers.blas_threads import single_blas_thread
+
+def blas():
+    return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info()
+            if lib["user_api"] == "blas" and "faiss" not in lib["filepath"]}
+
+with single_blas_thread():
+    pass
+import scipy.linalg  # noqa: F401  (loads scipy's own OpenBLAS)
+outside = blas()
+with single_blas_thread():
+    inside = blas()
+print(len(outside), max(outside.values()), sorted(set(inside.values())))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    n_libs, most, inside = int(out[0]), int(out[1]), out[2:]
+    if n_libs < 2 or most == 1:
+        pytest.skip("scipy shares numpy's BLAS here, or BLAS runs one thread already")
+    assert inside == ["[1]"]
