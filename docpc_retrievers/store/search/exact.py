@@ -38,12 +38,20 @@ _PINNABLE: bool | None = None
 
 
 def _openmp_setter() -> Any:
-    """OpenMP's ``omp_set_num_threads`` as loaded by torch, or None where it is not in the process's namespace."""
+    """OpenMP's ``omp_set_num_threads`` as loaded by torch (its own copy first: faiss brings another), or None."""
     import ctypes
+    from pathlib import Path
 
-    import torch  # noqa: F401  (loads torch's OpenMP runtime)
+    import torch
 
-    return getattr(ctypes.CDLL(None), "omp_set_num_threads", None)
+    for lib in [*sorted((Path(torch.__file__).parent / "lib").glob("lib*omp*.so*")), None]:
+        try:
+            setter = getattr(ctypes.CDLL(None if lib is None else str(lib)), "omp_set_num_threads", None)
+        except OSError:
+            continue
+        if setter is not None:
+            return setter
+    return None
 
 
 def _one_openmp_thread() -> None:
@@ -61,13 +69,24 @@ def _one_openmp_thread() -> None:
         setter(1)
 
 
+def _pinning_works() -> bool:
+    """Whether a thread pinned by :func:`_one_openmp_thread` does run torch on one thread (checked on a probe)."""
+    import torch
+
+    seen: list[int] = []
+    probe = threading.Thread(target=lambda: (_one_openmp_thread(), seen.append(torch.get_num_threads())))
+    probe.start()
+    probe.join()
+    return seen == [1]
+
+
 def _pool() -> ThreadPoolExecutor | None:
     """The approximate pass's threads, started on first use and shared by every store of the process; None where
     their products cannot be pinned to one OpenMP thread each (two threads of several would only compete)."""
     global _POOL, _PINNABLE
     with _POOL_LOCK:
         if _PINNABLE is None:
-            _PINNABLE = _openmp_setter() is not None
+            _PINNABLE = _pinning_works()
         if _POOL is None and _PINNABLE:
             _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist",
                                        initializer=_one_openmp_thread)
