@@ -408,7 +408,9 @@ def test_multi_part_records_aggregate_max_mean_sum_like_a_hand_computed_referenc
             store.add(["c"], [doc_a], [{}], parts=[[1, 1]])
 
 
-def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documents(tmp_path: Path) -> None:
+def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The reader's row gather: cached and uncached documents alike give the stored int8 rows, in the order asked."""
     import shutil
 
@@ -438,6 +440,13 @@ def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documen
         assert kept == [ids[0]]
         np.testing.assert_array_equal(rows, quantize(docs[0])[0])
         assert reader.cache._where[ids[0]][2] == length  # cached again, whole
+        # A short entry whose record another writer deleted meanwhile (Chroma returns nothing) is left out.
+        name, offset, length = reader.cache._where[ids[1]]
+        reader.cache._where[ids[1]] = (name, offset, length - DIM)
+        monkeypatch.setattr(reader, "packed", lambda wanted: {})
+        kept, sizes, rows, _ = reader.rows([ids[2], ids[1], ids[3]])
+        assert kept == [ids[2], ids[3]]
+        np.testing.assert_array_equal(rows, np.concatenate([quantize(docs[2])[0], quantize(docs[3])[0]]))
 
 
 def test_row_gathers_reuse_a_bounded_scratch_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -107,7 +107,7 @@ class VectorReader:
         wanted = set(missing)
         self.cache.drop([d for d, b in zip(kept, buffers) if b is not None and d in wanted])
         fetched = {d: np.frombuffer(b, dtype=np.uint8) for d, b in self.packed(missing).items()}
-        found = {d: b for d, b in zip(kept, buffers) if b is not None and d not in fetched}
+        found = {d: b for d, b in zip(kept, buffers) if b is not None and d not in wanted}
         found.update(fetched)
         out = [d for d in ids if d in found and d in self.counts]
         return out, [self.counts[d] for d in out], [found[d] for d in out]
