@@ -134,7 +134,7 @@ class VectorCache:
         view = self._view(doc_id)
         return None if view is None else view.tobytes()
 
-    def views(self, ids: Iterable[str], *, advise: bool = True) -> dict[str, np.ndarray]:
+    def views(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
         """Read-only uint8 views of cached entries in the mapped files (misses left out), their reads issued together.
 
         What :meth:`get_many` returns without copying each entry into a ``bytes`` first: exact scoring copies the
@@ -142,7 +142,7 @@ class VectorCache:
         files are append-only and never truncated (compaction writes new ones), so a view stays valid.
         """
         wanted = [i for i in ids if i in self._where]
-        if advise and len(wanted) > 1:
+        if len(wanted) > 1:
             self.advise(wanted)
         self._flush_for(wanted)
         out: dict[str, np.ndarray] = {}

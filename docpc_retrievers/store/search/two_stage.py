@@ -63,7 +63,8 @@ NEAR_TIE_FACTOR = 32
 ``NEAR_TIE_MARGIN`` (centroids.py) of the ``top_k``-th estimate. On a 100k benchmark store built from empty (50
 queries per set, alternating runs): topic recall@10 0.85 (off) -> 0.934 (8x) -> 0.974 (16x) -> 0.98 (24x) -> 0.988
 (28x) -> 0.990 (32x), long 0.968 -> 0.998; p50 unchanged (the median topic query keeps 1,078 candidates, against
-983), topic p90 with the approximate pass on two threads 147-153 ms at 16x and 185-211 at 32x; the held-back cone
+983), topic p90 with the approximate pass on two pinned threads 121-123 ms at 16x and 185-191 at 32x (185-211 over
+earlier runs); the held-back cone
 generator and 10k unchanged (docs/store.md, "Near-ties widen the candidates" and "The approximate pass on two
 threads")."""
 SHORT_QUERY_FACTOR = 8
