@@ -28,9 +28,9 @@ multiplied while much of it is still in the CPU's cache)."""
 SHORTLIST_THREADS = max(1, min(4, os.cpu_count() or 1))
 """Threads of the approximate pass, each multiplying on one OpenMP thread (the blocks are the parallelism). On the
 2-core benchmark machine (100k store, warm; medians of 10 alternating runs), a 28-token query's 640 / 1,400 / 4,096
-candidates took 19.7 / 40.3 / 121 ms on the calling thread and 16.4 / 32.2 / 97 ms in blocks on two threads; on two
-threads that kept two OpenMP threads each, typical queries ran slower than on the calling thread (usual p50 64-65
-against 73-74 ms, long 72-76 against 91)."""
+candidates took 19.7 / 40.3 / 121 ms on the calling thread and 16.4 / 32.2 / 97 ms in blocks on two threads of one
+OpenMP thread each; on two threads that kept two OpenMP threads each, typical queries ran slower than on the calling
+thread (usual p50 64-65 against 73-74 ms, long 72-76 against 91)."""
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
