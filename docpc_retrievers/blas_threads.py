@@ -1,5 +1,6 @@
-"""Thread budgets: numpy's BLAS held to one thread around short products that run beside other work, and
-torch's intra-op threads during indexing on a 2-core machine.
+"""Thread budgets: numpy's BLAS held to one thread around short products that run beside other work,
+torch's intra-op threads during indexing on a 2-core machine, and one OpenMP thread for each thread of the
+search's approximate pass (store/search/exact.py).
 
 OpenBLAS threads spin after each call and fight torch's OpenMP threads (and
 each other, when several threads each run small products) for the cores:
@@ -10,13 +11,15 @@ first thread in sets it, the last one out restores it.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-__all__ = ["indexing_threads", "single_blas_thread"]
+__all__ = ["indexing_threads", "one_openmp_thread", "openmp_pinning_works", "single_blas_thread"]
 
 #: Machines with at most this many cores encode with one torch thread while indexing (see :func:`indexing_threads`).
 SMALL_MACHINE_CORES = 2
@@ -58,6 +61,49 @@ def _numpy_blas(controller: Any) -> Any:
     """
     blas = controller.select(user_api="blas")
     return blas.select(filepath=[lib.filepath for lib in blas.lib_controllers if "faiss" not in lib.filepath])
+
+
+@functools.lru_cache(maxsize=1)
+def _openmp_setter() -> Any:
+    """OpenMP's ``omp_set_num_threads`` as loaded by torch (its own copy first: faiss brings another), or None."""
+    import ctypes
+
+    import torch
+
+    for lib in [*sorted((Path(torch.__file__).parent / "lib").glob("lib*omp*.so*")), None]:
+        try:
+            setter = getattr(ctypes.CDLL(None if lib is None else str(lib)), "omp_set_num_threads", None)
+        except OSError:
+            continue
+        if setter is not None:
+            return setter
+    return None
+
+
+def one_openmp_thread() -> None:
+    """Pin the calling thread's torch products to one OpenMP thread, for this thread alone (a pool initializer).
+
+    Not ``torch.set_num_threads(1)``: that also changes torch's process default, which a thread that has not
+    multiplied yet (the searching thread, when its first search is filtered) then takes for good (tried:
+    usual p50 at 100k went from 65 to 93 ms). torch's own per-thread setup runs first, or it would undo this.
+    """
+    import torch
+
+    torch.get_num_threads()
+    setter = _openmp_setter()
+    if setter is not None:
+        setter(1)
+
+
+def openmp_pinning_works() -> bool:
+    """Whether a thread pinned by :func:`one_openmp_thread` does run torch on one thread (checked on a probe)."""
+    import torch
+
+    seen: list[int] = []
+    probe = threading.Thread(target=lambda: (one_openmp_thread(), seen.append(torch.get_num_threads())))
+    probe.start()
+    probe.join()
+    return seen == [1]
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +16,7 @@ from docpc_retrievers.store.search import exact
 DIM = 16
 
 
-@pytest.fixture(autouse=True)
-def _fresh_chroma_systems() -> Iterator[None]:
-    yield
-    from chromadb.api.client import SharedSystemClient
-
-    SharedSystemClient.clear_system_cache()
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -11,10 +11,10 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.blas_threads import one_openmp_thread, openmp_pinning_works
 from docpc_retrievers.scoring.maxsim import int8_products, maxsim_int8
 from docpc_retrievers.store.search.base import VectorSource
 
@@ -37,59 +37,16 @@ _POOL_LOCK = threading.Lock()
 _PINNABLE: bool | None = None
 
 
-def _openmp_setter() -> Any:
-    """OpenMP's ``omp_set_num_threads`` as loaded by torch (its own copy first: faiss brings another), or None."""
-    import ctypes
-    from pathlib import Path
-
-    import torch
-
-    for lib in [*sorted((Path(torch.__file__).parent / "lib").glob("lib*omp*.so*")), None]:
-        try:
-            setter = getattr(ctypes.CDLL(None if lib is None else str(lib)), "omp_set_num_threads", None)
-        except OSError:
-            continue
-        if setter is not None:
-            return setter
-    return None
-
-
-def _one_openmp_thread() -> None:
-    """Pin a pass thread's products to one OpenMP thread, for this thread alone.
-
-    Not ``torch.set_num_threads(1)``: that also changes torch's process default, which a thread that has not
-    multiplied yet (the searching thread, when its first search is filtered) then takes for good (tried:
-    usual p50 at 100k went from 65 to 93 ms). torch's own per-thread setup runs first, or it would undo this.
-    """
-    import torch
-
-    torch.get_num_threads()
-    setter = _openmp_setter()
-    if setter is not None:
-        setter(1)
-
-
-def _pinning_works() -> bool:
-    """Whether a thread pinned by :func:`_one_openmp_thread` does run torch on one thread (checked on a probe)."""
-    import torch
-
-    seen: list[int] = []
-    probe = threading.Thread(target=lambda: (_one_openmp_thread(), seen.append(torch.get_num_threads())))
-    probe.start()
-    probe.join()
-    return seen == [1]
-
-
 def _pool() -> ThreadPoolExecutor | None:
     """The approximate pass's threads, started on first use and shared by every store of the process; None where
     their products cannot be pinned to one OpenMP thread each (two threads of several would only compete)."""
     global _POOL, _PINNABLE
     with _POOL_LOCK:
         if _PINNABLE is None:
-            _PINNABLE = _pinning_works()
+            _PINNABLE = openmp_pinning_works()
         if _POOL is None and _PINNABLE:
             _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist",
-                                       initializer=_one_openmp_thread)
+                                       initializer=one_openmp_thread)
         return _POOL
 
 
