@@ -153,8 +153,11 @@ print(torch.get_num_threads())
 """
     baseline = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                               capture_output=True, text=True, check=True)
+    before = int(baseline.stdout.split()[-1])
+    if before == 1:
+        pytest.skip("torch runs one thread here by default: a lost thread could not show")
     after = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert int(after.stdout.split()[-1]) == int(baseline.stdout.split()[-1])
+    assert int(after.stdout.split()[-1]) == before
 
 
 def test_the_pass_threads_multiply_on_one_openmp_thread_each_and_no_other_thread_changes(
