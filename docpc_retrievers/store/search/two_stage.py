@@ -25,6 +25,7 @@ import numpy as np
 from docpc_retrievers.blas_threads import single_blas_thread
 from docpc_retrievers.store.search.base import CandidateIndex, VectorSource
 from docpc_retrievers.store.search.exact import approximate_scores, exact_scores
+from docpc_retrievers.store.search.query_tokens import DistinctTokens, distinct_tokens
 from docpc_retrievers.store.search.tokens import TokenIndex
 
 __all__ = ["CANDIDATE_TOKEN_BUDGET", "Hit", "TwoStageSearch", "check_queries"]
@@ -127,13 +128,14 @@ class TwoStageSearch:
         """
         gone: set[str] = set()
         found: list[Hit] = []
+        distinct = distinct_tokens(query)
         for _attempt in range(_RETRIES):
             live = list(pool) if not gone else [i for i in pool if i not in gone]
             keep = allowed if not gone else set(live)
-            n_cand = max(n_candidates or self.candidates_for(query), top_k)
+            n_cand = max(n_candidates or self.candidates_for(distinct.means), top_k)
             with single_blas_thread():
                 hits = self._ranked(query, live, keep, top_k, n_cand, exhaustive, aggregate,
-                                    explicit=n_candidates is not None)
+                                    explicit=n_candidates is not None, distinct=distinct)
             records = metadata([d for d, _, _ in hits])
             missing = {d for d, _, _ in hits if d not in records}
             found = [(d, s, dict(records[d]), parts) for d, s, parts in hits if d in records]
@@ -168,14 +170,18 @@ class TwoStageSearch:
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
-        aggregate: str, *, explicit: bool = False,
+        aggregate: str, *, explicit: bool = False, distinct: DistinctTokens | None = None,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
-        """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates."""
+        """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates.
+
+        ``distinct``: the query's near-identical tokens grouped (query_tokens.py): the first stage sees each group
+        once, the approximate pass once scaled by its size; the exact pass scores every token."""
+        distinct = distinct or distinct_tokens(q)
         small = exhaustive or len(pool) <= n_cand
-        cand = pool if small else self.candidates(q, n_cand, allowed, explicit=explicit, top_k=top_k)
+        cand = pool if small else self.candidates(distinct.means, n_cand, allowed, explicit=explicit, top_k=top_k)
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
-            fast = approximate_scores(q, cand, self.source, aggregate)
+            fast = approximate_scores(distinct.weighted() if distinct.merged else q, cand, self.source, aggregate)
             cand = [cand[i] for i in np.argsort(-fast, kind="stable")[:keep] if fast[i] > -np.inf]
         best: list[tuple[float, str, tuple[float, ...]]] = []
         for start in range(0, len(cand), SCORE_CHUNK):
