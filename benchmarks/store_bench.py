@@ -113,7 +113,18 @@ class SyntheticCorpus:
             sets["long"] = [self.topic_query((40, 61), (2, 4)) for _ in range(n)]
             sets["filter5"] = [self.topic_query((20, 31)) for _ in range(n)]
             sets["filter05"] = [self.topic_query((8, 21)) for _ in range(n)]
+            sets["padded"] = [self.padded_query(t, targets[(i + 1) % n], hard=i % 2 == 0) for i, t in enumerate(targets)]
         return sets
+
+    def padded_query(self, target: np.ndarray, other: np.ndarray, hard: bool) -> np.ndarray:
+        """A usual or hard query about ``target`` and 4-12 copies of one of ``other``'s rows with unit noise of
+        0.02-0.3 (cosine 0.95-1.0 between copies, some under the grouping threshold): padding or query-augmentation
+        tokens, which MaxSim counts once per copy."""
+        content = self.query(target, hard=hard)
+        row = other[self.rng.integers(len(other))]
+        n = int(self.rng.integers(4, 13))
+        noise = self._unit(self.rng.standard_normal((n, DIM)).astype(np.float32))
+        return np.concatenate([content, self._unit(row + self.rng.uniform(0.02, 0.3) * noise)])
 
 
 #: Metadata filters of the filtered query sets: ``bucket`` is uniform in 0..999 per document.
