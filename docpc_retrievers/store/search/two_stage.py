@@ -6,7 +6,9 @@ reliably and cost less per candidate. One whose summary estimates are flat also 
 (``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take the token-level stage's candidates instead (``SHORT_QUERY_FACTOR`` x ``n_candidates``: tokens.py),
-and queries of up to 16 tokens some of each. The candidates are scored
+and queries of up to 16 tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
+first (query_tokens.py): the count of candidates, the choice of stage and the stages themselves see one row per
+group, the approximate pass each group once scaled by its size, the exact pass every token. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster, in blocks on a few threads: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
