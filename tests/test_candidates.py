@@ -215,27 +215,39 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
 
 
 def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
-    """Short: SHORT_QUERY_FACTOR x n_candidates from the token stage alone; mixed: some of each; long: summaries."""
+    """Short: SHORT_QUERY_FACTOR x n_candidates from the token stage (more lists per token the fewer the tokens) and
+    the summaries' best n_candidates; mixed: some of each; long: summaries."""
     from docpc_retrievers.store.search import two_stage
 
     asked: dict[str, tuple[int, int | None]] = {}
+    kept: dict[str, int | None] = {}
 
     class Spy(CentroidIndex):
         def __init__(self, name: str) -> None:
             super().__init__(16, DIM)
             self.name = name
 
-        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None) -> list[str]:
+        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
+                per_token: int | None = None) -> list[str]:
             asked[self.name] = (n, probes)
+            kept[self.name] = per_token
             return [f"{self.name}{i}" for i in range(n)] + ["shared"]
 
     tokens, centroids = Spy("t"), Spy("c")
     search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
     short = np.zeros((3, DIM), dtype=np.float32)
-    found = search.candidates(short, search.candidates_for(short), None)
-    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, None)}
-    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"]
+    found = search.candidates(short, 8, None)
+    probes = min(two_stage.SHORT_MAX_PROBES, two_stage.SHORT_PROBE_BUDGET // 3)
+    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c": (8, None)}
+    assert kept == {"t": two_stage.SHORT_PER_TOKEN, "c": None}
+    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(8)]
+    search.candidates(short, search.candidates_for(short), None)  # the automatic count, when larger, is kept
+    assert asked["t"] == (max(search.candidates_for(short), two_stage.SHORT_QUERY_FACTOR * 8), probes)
+    seven = np.zeros((two_stage.TOKEN_STAGE_MAX_TOKENS, DIM), dtype=np.float32)
+    search.candidates(seven, 8, None)  # more tokens: fewer lists each, within the budget
+    assert asked["t"][1] == two_stage.SHORT_PROBE_BUDGET // two_stage.TOKEN_STAGE_MAX_TOKENS < probes
     asked.clear()
+    kept.clear()
     mixed = np.zeros((two_stage.MIXED_MAX_TOKENS, DIM), dtype=np.float32)
     found = search.candidates(mixed, 600, None)  # the token stage's best 256, the summaries' best 600 - 257
     t = two_stage.MIXED_TOKEN_CANDIDATES
@@ -249,10 +261,10 @@ def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
     assert asked == {"c": (50, None)}
     asked.clear()
     search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
-    assert asked == {"t": (5000, None)}
+    assert asked == {"t": (5000, probes), "c": (8, None)}
     asked.clear()
     search.candidates(short, 300, None)  # an automatic count above the factor's (a large top_k) is kept
-    assert asked == {"t": (300, None)}
+    assert asked == {"t": (300, probes), "c": (8, None)}
 
 
 def _one_token_index(scores: dict[str, float]) -> CentroidIndex:

@@ -10,7 +10,13 @@ import pytest
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.store.search import tokens as token_module
 from docpc_retrievers.store.search.tokens import TokenIndex
-from docpc_retrievers.store.search.two_stage import MIXED_MAX_TOKENS, SHORT_QUERY_FACTOR
+from docpc_retrievers.store.search.two_stage import (
+    MIXED_MAX_TOKENS,
+    SHORT_MAX_PROBES,
+    SHORT_PER_TOKEN,
+    SHORT_PROBE_BUDGET,
+    SHORT_QUERY_FACTOR,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
@@ -52,7 +58,11 @@ def test_short_queries_take_the_token_stages_candidates_and_find_the_single_best
         assert view is not None and view.tokens is not None and view.tokens.trained
         short = view.search.candidates(query, 4, None)
         assert ids[planted] in short  # the token stage found it
-        assert short == view.tokens.top(query, SHORT_QUERY_FACTOR * 4)  # its candidates alone, SHORT_QUERY_FACTOR x n_candidates
+        probes = min(SHORT_MAX_PROBES, SHORT_PROBE_BUDGET // 2)  # two tokens: more lists each
+        tokens = view.tokens.top(query, SHORT_QUERY_FACTOR * 4, probes=probes, per_token=SHORT_PER_TOKEN)
+        summaries = view.index.top(query, 4)
+        assert short == list(dict.fromkeys(tokens + summaries))  # SHORT_QUERY_FACTOR x n_candidates, then the summaries' n
+        assert set(summaries) - set(tokens) and len(short) > len(tokens)  # the summaries added some of their own
         long_query = np.concatenate([query] * (MIXED_MAX_TOKENS // 2 + 1))  # past the mixed queries
         assert view.search.candidates(long_query, 4, None) == view.index.top(long_query, 4)
         hits = store.search(query, top_k=3)

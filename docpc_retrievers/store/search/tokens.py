@@ -150,16 +150,18 @@ class TokenIndex(CandidateIndex):
             index.add_with_ids(vectors, labels)
 
     # ----------------------------------------------------------------- search
-    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None) -> list[str]:
+    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
+            per_token: int | None = None) -> list[str]:
         """The ``n`` documents with the highest pooled token similarity for ``query [t, dim]`` (``probes`` lists
-        scanned per token; None: ``N_PROBE``)."""
+        scanned per token, None: ``N_PROBE``; ``per_token`` nearest vectors kept per token, None: ``PER_TOKEN``)."""
+        keep = per_token or PER_TOKEN
         if n <= 0 or not self._slot:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
         slots = None if allowed is None else np.array([self._slot[d] for d in allowed if d in self._slot], np.int64)
         if slots is not None and slots.size == 0:
             return []
-        found = [self._search(index, q, slots, probes or N_PROBE) for index in (self._base, self._delta)
+        found = [self._search(index, q, slots, probes or N_PROBE, keep) for index in (self._base, self._delta)
                  if index is not None]
         wanted = None if slots is None else set(slots.tolist())
         pending = [(s, v) for s, v in self._pending if wanted is None or s in wanted]
@@ -167,7 +169,7 @@ class TokenIndex(CandidateIndex):
             vectors = np.concatenate([v for _, v in pending])
             labels = np.concatenate([np.full(len(v), s, dtype=np.int64) for s, v in pending])
             sims = q @ vectors.T
-            k = min(PER_TOKEN, sims.shape[1])
+            k = min(keep, sims.shape[1])
             part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
             found.append((np.take_along_axis(sims, part, axis=1), labels[part]))
         if not found:
@@ -180,13 +182,14 @@ class TokenIndex(CandidateIndex):
         return [self._ids[s] for s in best]
 
     @staticmethod
-    def _search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int,
+                keep: int = PER_TOKEN) -> tuple[np.ndarray, np.ndarray]:
         import faiss
 
         params = faiss.SearchParametersIVF(nprobe=probes)
         if slots is not None:
             params.sel = faiss.IDSelectorBatch(slots)
-        vals, labels = index.search(q, min(PER_TOKEN, max(index.ntotal, 1)), params=params)
+        vals, labels = index.search(q, min(keep, max(index.ntotal, 1)), params=params)
         return vals, labels
 
     # ------------------------------------------------------------ persistence

@@ -5,8 +5,9 @@ A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 reliably and cost less per candidate. One whose summary estimates are flat also keeps their near-ties
 (``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
-a few tokens take the token-level stage's candidates instead (``SHORT_QUERY_FACTOR`` x ``n_candidates``: tokens.py),
-and queries of up to 16 tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
+a few tokens take mostly the token-level stage's candidates (``SHORT_QUERY_FACTOR`` x ``n_candidates``, more lists
+scanned per token the fewer the tokens: tokens.py) and the summaries' best ``n_candidates``, and queries of up to 16
+tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
 first (query_tokens.py): the count of candidates, the choice of stage and the stages themselves see one row per
 group, the approximate pass each group once scaled by its size, the exact pass every token. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
@@ -70,11 +71,19 @@ queries per set, alternating runs): topic recall@10 0.85 (off) -> 0.934 (8x) -> 
 earlier runs); the held-back cone
 generator and 10k unchanged (docs/store.md, "Near-ties widen the candidates" and "The approximate pass on two
 threads")."""
-SHORT_QUERY_FACTOR = 8
+SHORT_QUERY_FACTOR = 6
 """Queries of at most ``TOKEN_STAGE_MAX_TOKENS`` tokens take this many times ``n_candidates`` from the token stage
-(unless the caller gave the count). On the 100k benchmark store built from empty (50 short queries, 2 cores, the
-approximate pass on two threads): 1,024 held 0.964 of the exact top 10 at p50 67-70 ms, 2,048 0.986 at 86-92, 2,560
-0.988 at 95-97, 3,072 0.990 at 98-105; at 10k 2,048 held 1.000 (0.998) at 39-43 ms (27-32)."""
+(unless the caller gave the count), beside the summaries' best ``n_candidates``. With 128 probes and 4,096 vectors per
+token, on the 100k benchmark store (50 short queries): 1,024 held 0.964 of the exact top 10, 2,048 0.986, 3,072 0.990
+(docs/store.md); with ``SHORT_PROBE_BUDGET`` and ``SHORT_PER_TOKEN`` 1,536 held 0.996."""
+SHORT_PROBE_BUDGET = 768
+"""Lists a short query scans in all: ``SHORT_PROBE_BUDGET // n_tokens`` per token, at most ``SHORT_MAX_PROBES`` (3
+tokens 256, 5 tokens 153, 7 tokens 109): a few tokens each scan more lists for what one scan of 7 cost."""
+SHORT_MAX_PROBES = 256
+SHORT_PER_TOKEN = 16384
+"""Nearest vectors a short query keeps per token (4,096 otherwise: tokens.PER_TOKEN). The scan costs the same; the
+documents whose best vector for a token ranked 4,097th-16,384th now count it instead of a floor. At 100k, short
+queries in the best 1,536 candidates: 0.984 with 4,096 per token, 0.996 with 16,384 (both with the probe budget)."""
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
@@ -149,9 +158,10 @@ class TwoStageSearch:
     def candidates(
         self, q: np.ndarray, n: int, allowed: set[str] | None, *, explicit: bool = False, top_k: int = 0
     ) -> list[str]:
-        """The first stage's ``n`` candidates; a short query takes the token-level stage's instead and a mixed one
-        (``MIXED_MAX_TOKENS``) some of each (when there is a token stage). ``explicit``: ``n`` was asked for by
-        the caller, so a short query takes ``n`` (not ``SHORT_QUERY_FACTOR`` x ``n_candidates``) and the
+        """The first stage's ``n`` candidates; a short query takes the token-level stage's instead, beside the
+        summaries' best ``n_candidates``, and a mixed one (``MIXED_MAX_TOKENS``) some of each (when there is a token
+        stage). ``explicit``: ``n`` was asked for by the caller, so a short query takes ``n`` from the token stage
+        (not ``SHORT_QUERY_FACTOR`` x ``n_candidates``) and the
         summaries are not widened. ``top_k``: widen the summaries' candidates to the near-ties of their
         ``top_k``-th best (``NEAR_TIE_FACTOR``; 0: never)."""
         def summaries(count: int) -> list[str]:
@@ -164,9 +174,12 @@ class TwoStageSearch:
         if tokens is None:
             return summaries(n)
         if q.shape[0] <= TOKEN_STAGE_MAX_TOKENS:
-            # A short query: the token stage ranks it well, summaries poorly (adding the summaries' best 256 held no
-            # more for 26 ms more). It takes SHORT_QUERY_FACTOR x n_candidates from the token stage alone.
-            return tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed)
+            # A short query: the token stage ranks queries about a topic well and summaries poorly; queries copied
+            # from a document's rows the other way round (docs/store.md, "Short queries built another way").
+            probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
+            found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
+                               probes=probes, per_token=SHORT_PER_TOKEN)
+            return list(dict.fromkeys([*found, *self.first_stage.top(q, self.n_candidates, allowed)]))
         found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
         return list(dict.fromkeys([*found, *summaries(n - len(found))]))
 
