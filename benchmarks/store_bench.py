@@ -104,7 +104,8 @@ class SyntheticCorpus:
         return self._unit(self.centroids[picks] + 0.9 * self._unit(n))
 
     def query_sets(self, targets: list[np.ndarray]) -> dict[str, list[np.ndarray]]:
-        """Every query set: the original two (copies of a target's rows) and, for skewed corpora, the new ones."""
+        """Every query set: the original two (copies of a target's rows) and, for skewed corpora, the others (topic,
+        short, long, filtered, padded, short_copy)."""
         sets = {"usual": [self.query(t) for t in targets], "hard": [self.query(t, hard=True) for t in targets]}
         if self.popularity[0] > self.popularity[-1]:
             n = len(targets)
@@ -547,7 +548,8 @@ def main() -> None:
     ap.add_argument(
         "--skew", type=float, default=0.0,
         help="Zipf skew of topic popularity (0: the original uniform generator; 1.1: popular topics shared by many "
-        "documents, plus query sets drawn around topics, short, long and 5%%/0.5%% filtered)",
+        "documents, plus query sets drawn around topics, short, long, 5%%/0.5%% filtered, padded with near-identical "
+        "tokens, and short copies of a document's rows)",
     )
     ap.add_argument(
         "--generator", choices=("topics", "cone"), default="topics",
