@@ -66,10 +66,11 @@ def approximate_scores(query: np.ndarray, ids: Sequence[str], source: VectorSour
     blocks = [ids[s : s + SHORTLIST_BLOCK] for s in range(0, len(ids), SHORTLIST_BLOCK)]
     if not blocks:
         return np.zeros(0, dtype=np.float32)
+    def scored(block: Sequence[str]) -> np.ndarray:
+        return exact_scores(query, block, source, aggregate, fast=True)[0]
+
     pool = None if len(blocks) == 1 or SHORTLIST_THREADS == 1 else _pool()
-    if pool is None:
-        return np.concatenate([exact_scores(query, b, source, aggregate, fast=True)[0] for b in blocks])
-    return np.concatenate(list(pool.map(lambda b: exact_scores(query, b, source, aggregate, fast=True)[0], blocks)))
+    return np.concatenate(list(map(scored, blocks) if pool is None else pool.map(scored, blocks)))
 
 
 def exact_scores(

@@ -36,7 +36,10 @@ class DistinctTokens:
         return bool((self.counts > 1).any())
 
     def weighted(self) -> np.ndarray:
-        """Each group's mean times its size ``[g, dim]``: sum_g n_g max_j <m_g, d_j>, MaxSim of the copies."""
+        """Each group's mean times its size ``[g, dim]``: sum_g n_g max_j <m_g, d_j>, MaxSim of the copies (the
+        query itself when nothing was grouped)."""
+        if not self.merged:
+            return self.means
         return self.means * self.counts[:, None].astype(self.means.dtype)
 
 

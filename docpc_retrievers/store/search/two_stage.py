@@ -187,18 +187,17 @@ class TwoStageSearch:
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
-        aggregate: str, *, explicit: bool = False, distinct: DistinctTokens | None = None,
+        aggregate: str, *, distinct: DistinctTokens, explicit: bool = False,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
         """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates.
 
         ``distinct``: the query's near-identical tokens grouped (query_tokens.py): the first stage sees each group
         once, the approximate pass once scaled by its size; the exact pass scores every token."""
-        distinct = distinct or distinct_tokens(q)
         small = exhaustive or len(pool) <= n_cand
         cand = pool if small else self.candidates(distinct.means, n_cand, allowed, explicit=explicit, top_k=top_k)
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
-            fast = approximate_scores(distinct.weighted() if distinct.merged else q, cand, self.source, aggregate)
+            fast = approximate_scores(distinct.weighted(), cand, self.source, aggregate)
             cand = [cand[i] for i in np.argsort(-fast, kind="stable")[:keep] if fast[i] > -np.inf]
         best: list[tuple[float, str, tuple[float, ...]]] = []
         for start in range(0, len(cand), SCORE_CHUNK):
