@@ -230,6 +230,47 @@ def test_pad_codes_score_below_every_entry_of_their_list(small_lists: None) -> N
         assert centroids[lst] @ pad <= (decoded @ centroids[lst]).min() + 1e-6
 
 
+def test_an_odd_number_of_tokens_searched_in_two_halves_finds_what_one_search_finds(
+    tmp_path: Path, small_lists: None
+) -> None:
+    """Each token's lists dealt into two half-searches (so both threads scan) give the same entries and scores as
+    one search over the same lists, in memory and mapped, filtered or not; an odd list count scans one list more."""
+    import faiss
+
+    index, ids, docs = _trained(seed=8)
+    query = np.ascontiguousarray(_unit(docs[3][[1, 5, 8]] + 0.02))
+    k = 300
+
+    def entries(vals: np.ndarray, labels: np.ndarray) -> list[list[tuple[int, float]]]:
+        """Each token's entries above its k-th score (which of several tied at the k-th is kept is arbitrary),
+        then its k scores."""
+        out = []
+        for t in range(len(vals)):
+            kth = vals[t].min()
+            out.append(sorted((int(lb), round(float(v), 4)) for v, lb in zip(vals[t], labels[t]) if lb >= 0 and v > kth))
+            out.append(sorted((-1, round(float(v), 4)) for v in vals[t]))
+        return out
+
+    def whole(index_: object, probes: int, slots: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        params = faiss.SearchParametersIVF(nprobe=probes)
+        if slots is not None:
+            params.sel = faiss.IDSelectorBatch(slots)
+        return index_.search(query, k, params=params)  # type: ignore[attr-defined]
+
+    in_memory = index._delta
+    index.save(tmp_path / "t")
+    for faiss_index in (in_memory, index._base):
+        for slots in (None, np.arange(0, 100, 3, dtype=np.int64)):
+            split = token_module._split_search(faiss_index, query, slots, 8, k)
+            assert entries(*split) == entries(*whole(faiss_index, 8, slots))
+            if slots is not None:
+                assert set(split[1][split[1] >= 0].tolist()) <= set(slots.tolist())
+            # 7 lists: split rounds up to 8, so each token's t-th best is at least one search's over 7
+            more, fewer = token_module._split_search(faiss_index, query, slots, 7, k)[0], whole(faiss_index, 7, slots)[0]
+            assert np.all(-np.sort(-more, axis=1) >= -np.sort(-fewer, axis=1) - 1e-6)
+    assert index.top(query, 1, probes=8) == [ids[3]]
+
+
 def test_the_saved_index_is_mapped_and_answers_as_the_in_memory_one(tmp_path: Path, small_lists: None) -> None:
     """Saved lists are faiss's on-disk (mapped) lists, padded to whole blocks, and searching them finds what memory found."""
     import faiss

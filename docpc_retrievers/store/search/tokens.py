@@ -55,6 +55,9 @@ N_PROBE = 128
 PER_TOKEN = 4096
 """Nearest vectors retrieved per query token (scanning the probed lists is the cost, not keeping their best; 16,384
 and 1,024 were measured: docs/store.md)."""
+SPLIT_MIN_PROBES = 16
+"""An odd number of query tokens scanning at least this many lists each is searched in two halves per token
+(:func:`_split_search`), so both of a 2-core machine's threads scan; fewer lists are not worth the merge."""
 TRAIN_MIN = 40 * N_LISTS
 """Vectors needed before the lists are trained; below that, every vector is scored exactly."""
 RETRAIN_GROWTH = 8
@@ -184,13 +187,17 @@ class TokenIndex(CandidateIndex):
     @staticmethod
     def _search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int,
                 keep: int = PER_TOKEN) -> tuple[np.ndarray, np.ndarray]:
+        """Each query token's ``keep`` nearest vectors in ``probes`` lists: similarities and slots, ``[t, keep]``."""
         import faiss
 
-        params = faiss.SearchParametersIVF(nprobe=probes)
-        if slots is not None:
-            params.sel = faiss.IDSelectorBatch(slots)
-        vals, labels = index.search(q, min(keep, max(index.ntotal, 1)), params=params)
-        return vals, labels
+        k = min(keep, max(index.ntotal, 1))
+        if len(q) % 2 == 0 or probes < SPLIT_MIN_PROBES or faiss.omp_get_max_threads() < 2:
+            params = faiss.SearchParametersIVF(nprobe=probes)
+            if slots is not None:
+                params.sel = faiss.IDSelectorBatch(slots)
+            vals, labels = index.search(q, k, params=params)
+            return vals, labels
+        return _split_search(index, q, slots, probes, k)
 
     # ------------------------------------------------------------ persistence
     def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
@@ -254,6 +261,34 @@ class TokenIndex(CandidateIndex):
         self._base, self._delta, self._trained, self._pending = base, delta, trained, []
         self.trained_on = int(meta.get("trained_on", 0))  # not recorded: unknown, so rebuilt at the next save
         return extras
+
+
+def _split_search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int,
+                  k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`TokenIndex._search` for an odd number of tokens, as two half-searches per token.
+
+    faiss scans one query token per thread, so 3 tokens on 2 threads left one thread idle a third of the time
+    (and 1 token, all of it). Each token's lists are dealt alternately into two halves (rounded up to an even
+    count), searched as ``2t`` queries, and each token's two results merged into its best ``k``: the same vectors
+    the whole search finds, to the list.
+    """
+    import faiss
+
+    t = len(q)
+    coarse_sims, lists = index.quantizer.search(q, probes + probes % 2)
+    assign = np.ascontiguousarray(np.concatenate([lists[:, 0::2], lists[:, 1::2]]), dtype=np.int64)
+    coarse = np.ascontiguousarray(np.concatenate([coarse_sims[:, 0::2], coarse_sims[:, 1::2]]), dtype=np.float32)
+    doubled = np.ascontiguousarray(np.concatenate([q, q]), dtype=np.float32)
+    params = faiss.SearchParametersIVF(nprobe=assign.shape[1])
+    if slots is not None:
+        params.sel = faiss.IDSelectorBatch(slots)
+    vals = np.empty((2 * t, k), dtype=np.float32)
+    labels = np.empty((2 * t, k), dtype=np.int64)
+    index.search_preassigned_c(2 * t, faiss.swig_ptr(doubled), k, faiss.swig_ptr(assign), faiss.swig_ptr(coarse),
+                               faiss.swig_ptr(vals), faiss.swig_ptr(labels), False, params)
+    vals, labels = np.concatenate([vals[:t], vals[t:]], axis=1), np.concatenate([labels[:t], labels[t:]], axis=1)
+    best = np.argpartition(-vals, k - 1, axis=1)[:, :k]
+    return np.take_along_axis(vals, best, axis=1), np.take_along_axis(labels, best, axis=1)
 
 
 def _pooled(vals: np.ndarray, labels: np.ndarray, n_slots: int, dead: set[int]) -> np.ndarray:
