@@ -269,6 +269,9 @@ def test_an_odd_number_of_tokens_searched_in_two_halves_finds_what_one_search_fi
             more, fewer = token_module._split_search(faiss_index, query, slots, 7, k)[0], whole(faiss_index, 7, slots)[0]
             assert np.all(-np.sort(-more, axis=1) >= -np.sort(-fewer, axis=1) - 1e-6)
     assert index.top(query, 1, probes=8) == [ids[3]]
+    # More lists asked for than there are (16): every list, and the same entries as one search over all of them
+    for faiss_index in (in_memory, index._base):
+        assert entries(*index._search(faiss_index, query, None, 41, k)) == entries(*whole(faiss_index, 16, None))
 
 
 def test_the_saved_index_is_mapped_and_answers_as_the_in_memory_one(tmp_path: Path, small_lists: None) -> None:

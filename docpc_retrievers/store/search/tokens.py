@@ -190,8 +190,9 @@ class TokenIndex(CandidateIndex):
         """Each query token's ``keep`` nearest vectors in ``probes`` lists: similarities and slots, ``[t, keep]``."""
         import faiss
 
-        k = min(keep, max(index.ntotal, 1))
-        if len(q) % 2 == 0 or probes < SPLIT_MIN_PROBES or faiss.omp_get_max_threads() < 2:
+        k, probes = min(keep, max(index.ntotal, 1)), min(probes, index.nlist)
+        if (len(q) % 2 == 0 or probes < SPLIT_MIN_PROBES or probes + probes % 2 > index.nlist
+                or faiss.omp_get_max_threads() < 2):
             params = faiss.SearchParametersIVF(nprobe=probes)
             if slots is not None:
                 params.sel = faiss.IDSelectorBatch(slots)
