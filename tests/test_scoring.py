@@ -200,3 +200,29 @@ def test_int8_shortlisting_in_chunks_scores_every_document_once(chunk_rows: int,
     chunked = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
     assert chunked.shape == (40,)
     np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("equal_lengths", [True, False])
+@pytest.mark.parametrize("n_tokens", [3, 9, 25, 48])
+def test_the_int8_passs_padding_width_changes_no_score(
+    equal_lengths: bool, n_tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queries padded to 8 or 32 columns (varied row counts take 8, equal ones 32) score every document alike."""
+    import importlib
+
+    import torch
+
+    module = importlib.import_module("docpc_retrievers.scoring.maxsim")
+    rng = np.random.default_rng(11)
+    lengths = [30] * 25 if equal_lengths else [int(n) for n in rng.integers(1, 60, 25)]
+    _deq, rows, scales = _int8_docs(rng, lengths)
+    q = _unit(rng, n_tokens, 64)
+    try:
+        now = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    except RuntimeError:
+        pytest.skip("this torch build has no int8 matrix product")
+    for columns in (8, 32):
+        monkeypatch.setattr(module, "INT8_COLUMNS", columns)
+        monkeypatch.setattr(module, "INT8_VARIED_COLUMNS", columns)
+        np.testing.assert_allclose(module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8), now,
+                                   rtol=1e-6, atol=1e-6)

@@ -221,7 +221,13 @@ def maxsim_int8(
 INT8_COLUMNS = 32
 """The int8 pass pads the query to a multiple of this many tokens: torch's max over a document's rows of a
 ``[rows, 32]`` block ran 16x faster than over ``[rows, 25]`` (0.06 against 0.95 ms per 32k rows), more than the
-padded products cost."""
+padded products cost. Where every document has the same row count (grid stores) the max is a reshaped
+``amax``, fastest at 32 columns; see ``INT8_VARIED_COLUMNS`` for the rest."""
+INT8_VARIED_COLUMNS = 8
+"""The padding where documents' row counts differ (page mode, pooled documents): their max is a segment reduction,
+whose cost follows the columns, so narrower padding pays (benchmarks/int8_columns_bench.py, 256 documents of 300-440
+rows, one thread: 3-7 tokens 10.6 -> 4.1-4.2 ms, 10-16 tokens 10.6-10.7 -> 6.0-6.1, 20 tokens 10.1 -> 8.2, 48 tokens
+24.8 -> 16.7, 25-32 unchanged; with one row count, 8 columns ran 1.3-2.8x slower than 32)."""
 INT8_CHUNK_ROWS = 32_768
 """Rows per int8 product in :func:`maxsim_int8`: the ``[rows, T]`` products stay in the CPU's cache while they are
 scaled and reduced, and no product writes a fresh 39 MB output (one oneDNN call over 389,120 rows x 25 tokens took
@@ -237,7 +243,8 @@ def _maxsim_int8_products(query: np.ndarray, d: Any, row_scales: Any, lengths: l
 
     q8, token_scales = quantized_query(query)
     t = q8.shape[0]
-    width = -(-t // INT8_COLUMNS) * INT8_COLUMNS
+    columns = INT8_COLUMNS if len(set(lengths)) == 1 else INT8_VARIED_COLUMNS
+    width = -(-t // columns) * columns
     if width != t:  # zero tokens: their columns are dropped after the max
         q8 = np.concatenate([q8, np.zeros((width - t, q8.shape[1]), dtype=np.int8)])
     starts = np.concatenate([[0], np.cumsum(lengths)])
