@@ -214,7 +214,7 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
     assert len(set(counts)) > 2  # the budget, not only the bounds, decides some of them
 
 
-def test_a_short_query_takes_the_token_stages_candidates_alone() -> None:
+def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() -> None:
     """Short: SHORT_QUERY_FACTOR x n_candidates from the token stage (more lists per token the fewer the tokens) and
     the summaries' best n_candidates; mixed: some of each; long: summaries."""
     from docpc_retrievers.store.search import two_stage

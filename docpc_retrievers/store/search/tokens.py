@@ -193,10 +193,7 @@ class TokenIndex(CandidateIndex):
         k, probes = min(keep, max(index.ntotal, 1)), min(probes, index.nlist)
         if (len(q) % 2 == 0 or probes < SPLIT_MIN_PROBES or probes + probes % 2 > index.nlist
                 or faiss.omp_get_max_threads() < 2):
-            params = faiss.SearchParametersIVF(nprobe=probes)
-            if slots is not None:
-                params.sel = faiss.IDSelectorBatch(slots)
-            vals, labels = index.search(q, k, params=params)
+            vals, labels = index.search(q, k, params=_search_params(probes, slots))
             return vals, labels
         return _split_search(index, q, slots, probes, k)
 
@@ -264,6 +261,16 @@ class TokenIndex(CandidateIndex):
         return extras
 
 
+def _search_params(probes: int, slots: np.ndarray | None) -> Any:
+    """faiss's search parameters: ``probes`` lists per query, only ``slots`` (None: every document)."""
+    import faiss
+
+    params = faiss.SearchParametersIVF(nprobe=probes)
+    if slots is not None:
+        params.sel = faiss.IDSelectorBatch(slots)
+    return params
+
+
 def _split_search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int,
                   k: int) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`TokenIndex._search` for an odd number of tokens, as two half-searches per token.
@@ -280,13 +287,11 @@ def _split_search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: i
     assign = np.ascontiguousarray(np.concatenate([lists[:, 0::2], lists[:, 1::2]]), dtype=np.int64)
     coarse = np.ascontiguousarray(np.concatenate([coarse_sims[:, 0::2], coarse_sims[:, 1::2]]), dtype=np.float32)
     doubled = np.ascontiguousarray(np.concatenate([q, q]), dtype=np.float32)
-    params = faiss.SearchParametersIVF(nprobe=assign.shape[1])
-    if slots is not None:
-        params.sel = faiss.IDSelectorBatch(slots)
     vals = np.empty((2 * t, k), dtype=np.float32)
     labels = np.empty((2 * t, k), dtype=np.int64)
     index.search_preassigned_c(2 * t, faiss.swig_ptr(doubled), k, faiss.swig_ptr(assign), faiss.swig_ptr(coarse),
-                               faiss.swig_ptr(vals), faiss.swig_ptr(labels), False, params)
+                               faiss.swig_ptr(vals), faiss.swig_ptr(labels), False,
+                               _search_params(assign.shape[1], slots))
     vals, labels = np.concatenate([vals[:t], vals[t:]], axis=1), np.concatenate([labels[:t], labels[t:]], axis=1)
     best = np.argpartition(-vals, k - 1, axis=1)[:, :k]
     return np.take_along_axis(vals, best, axis=1), np.take_along_axis(labels, best, axis=1)
