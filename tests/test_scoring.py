@@ -226,3 +226,36 @@ def test_the_int8_passs_padding_width_changes_no_score(
         monkeypatch.setattr(module, "INT8_VARIED_COLUMNS", columns)
         np.testing.assert_allclose(module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8), now,
                                    rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 45, 10_000])
+@pytest.mark.parametrize("n_tokens", [1, 3, 8])
+def test_a_short_query_against_equal_documents_scores_as_the_wide_pass_does(
+    n_tokens: int, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrow pass (a few tokens, documents of one row count: products turned to tokens x rows) gives the
+    scores of the 32-column pass, chunked anywhere, and of the float32 products to the query's int8 rounding."""
+    import importlib
+
+    import torch
+
+    module = importlib.import_module("docpc_retrievers.scoring.maxsim")
+    rng = np.random.default_rng(13)
+    lengths = [30] * 23
+    deq, rows, scales = _int8_docs(rng, lengths)
+    q = _unit(rng, n_tokens, 64)
+    monkeypatch.setattr(module, "INT8_CHUNK_ROWS", chunk_rows)
+    called: list[int] = []
+    real = module._maxsim_int8_narrow
+    monkeypatch.setattr(module, "_maxsim_int8_narrow", lambda *a: called.append(1) or real(*a))
+    try:
+        narrow = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    except RuntimeError:
+        pytest.skip("this torch build has no int8 matrix product")
+    assert called == [1] and narrow.shape == (23,)
+    monkeypatch.setattr(module, "INT8_NARROW_TOKENS", 0)
+    wide = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    assert called == [1]  # the wide pass
+    np.testing.assert_allclose(narrow, wide, rtol=1e-6, atol=1e-6)
+    exact = module.maxsim_int8(q, rows, scales, lengths)
+    np.testing.assert_allclose(narrow, exact, atol=0.02 * n_tokens)
