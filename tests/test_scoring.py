@@ -242,7 +242,7 @@ def test_a_short_query_against_equal_documents_scores_as_the_wide_pass_does(
     module = importlib.import_module("docpc_retrievers.scoring.maxsim")
     rng = np.random.default_rng(13)
     lengths = [30] * 23
-    deq, rows, scales = _int8_docs(rng, lengths)
+    _deq, rows, scales = _int8_docs(rng, lengths)
     q = _unit(rng, n_tokens, 64)
     monkeypatch.setattr(module, "INT8_CHUNK_ROWS", chunk_rows)
     called: list[int] = []
