@@ -199,7 +199,9 @@ def test_the_packed_block_layout_is_faiss_own(small_lists: None) -> None:
         for j in range(layout.m):  # faiss's flat codes: sub-quantizer j in byte j // 2, low nibble first
             flat[:, j // 2] |= (codes[:n, j] << (4 * (j % 2))).astype(np.uint8)
         rows = np.flatnonzero(assigned[:, 0] == lst)  # a list keeps its vectors in the order they were added
-        assert np.array_equal(flat, delta.pq.compute_codes(vectors[rows]))
+        assert delta.by_residual  # the codes are of each vector's offset from its list's centroid
+        offsets = vectors[rows] - delta.quantizer.reconstruct(lst)[None, :]
+        assert np.array_equal(flat, delta.pq.compute_codes(np.ascontiguousarray(offsets)))
         checked += 1
     assert checked >= 4
 
@@ -233,23 +235,28 @@ def test_pad_codes_score_below_every_entry_of_their_list(small_lists: None) -> N
 def test_an_odd_number_of_tokens_searched_in_two_halves_finds_what_one_search_finds(
     tmp_path: Path, small_lists: None
 ) -> None:
-    """Each token's lists dealt into two half-searches (so both threads scan) give the same entries and scores as
-    one search over the same lists, in memory and mapped, filtered or not; an odd list count scans one list more."""
+    """Each token's lists dealt into two half-searches (so both threads scan) give the entries and scores of one
+    search over the same lists, in memory and mapped, filtered or not; an odd list count scans one list more.
+
+    To faiss's rounding: its fast scan rounds each search's lookup tables (list offsets included) to 8 bits over the
+    lists that search probes, so the halves' scores differ from the whole's by about 1e-4, and which entries tie at
+    the k-th may differ.
+    """
+    from collections import Counter
+
     import faiss
 
     index, ids, docs = _trained(seed=8)
     query = np.ascontiguousarray(_unit(docs[3][[1, 5, 8]] + 0.02))
     k = 300
 
-    def entries(vals: np.ndarray, labels: np.ndarray) -> list[list[tuple[int, float]]]:
-        """Each token's entries above its k-th score (which of several tied at the k-th is kept is arbitrary),
-        then its k scores."""
-        out = []
-        for t in range(len(vals)):
-            kth = vals[t].min()
-            out.append(sorted((int(lb), round(float(v), 4)) for v, lb in zip(vals[t], labels[t]) if lb >= 0 and v > kth))
-            out.append(sorted((-1, round(float(v), 4)) for v in vals[t]))
-        return out
+    def same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> None:
+        """Each token's k scores alike, and every entry clearly above one search's k-th is in the other's k."""
+        for (vals, labels), (other_vals, other_labels) in ((a, b), (b, a)):
+            np.testing.assert_allclose(-np.sort(-vals, axis=1), -np.sort(-other_vals, axis=1), atol=2e-3)
+            for t in range(len(vals)):
+                clear = Counter(int(lb) for v, lb in zip(vals[t], labels[t]) if lb >= 0 and v > vals[t].min() + 5e-3)
+                assert not clear - Counter(int(lb) for lb in other_labels[t])
 
     def whole(index_: object, probes: int, slots: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         params = faiss.SearchParametersIVF(nprobe=probes)
@@ -262,16 +269,16 @@ def test_an_odd_number_of_tokens_searched_in_two_halves_finds_what_one_search_fi
     for faiss_index in (in_memory, index._base):
         for slots in (None, np.arange(0, 100, 3, dtype=np.int64)):
             split = token_module._split_search(faiss_index, query, slots, 8, k)
-            assert entries(*split) == entries(*whole(faiss_index, 8, slots))
+            same(split, whole(faiss_index, 8, slots))
             if slots is not None:
                 assert set(split[1][split[1] >= 0].tolist()) <= set(slots.tolist())
             # 7 lists: split rounds up to 8, so each token's t-th best is at least one search's over 7
             more, fewer = token_module._split_search(faiss_index, query, slots, 7, k)[0], whole(faiss_index, 7, slots)[0]
-            assert np.all(-np.sort(-more, axis=1) >= -np.sort(-fewer, axis=1) - 1e-6)
+            assert np.all(-np.sort(-more, axis=1) >= -np.sort(-fewer, axis=1) - 2e-3)
     assert index.top(query, 1, probes=8) == [ids[3]]
     # More lists asked for than there are (16): every list, and the same entries as one search over all of them
     for faiss_index in (in_memory, index._base):
-        assert entries(*index._search(faiss_index, query, None, 41, k)) == entries(*whole(faiss_index, 16, None))
+        same(index._search(faiss_index, query, None, 41, k), whole(faiss_index, 16, None))
 
 
 def test_the_saved_index_is_mapped_and_answers_as_the_in_memory_one(tmp_path: Path, small_lists: None) -> None:
@@ -291,8 +298,10 @@ def test_the_saved_index_is_mapped_and_answers_as_the_in_memory_one(tmp_path: Pa
     assert index.top(query, 1) == [ids[7]]
 
 
-def test_an_older_token_stage_snapshot_is_rebuilt_not_read(tmp_path: Path, small_lists: None) -> None:
-    """A version-1 snapshot (4-bit scalar codes) is not mapped as if it were this format; the store rebuilds it."""
+@pytest.mark.parametrize("old_version", [1, 2])
+def test_an_older_token_stage_snapshot_is_rebuilt_not_read(tmp_path: Path, small_lists: None, old_version: int) -> None:
+    """A version-1 (4-bit scalar codes) or version-2 (codes of the vectors, not their residuals) snapshot is not
+    mapped as if it were this format; the store rebuilds it."""
     import json
 
     docs, ids = _docs(80, seed=7), _ids(80)
@@ -302,7 +311,7 @@ def test_an_older_token_stage_snapshot_is_rebuilt_not_read(tmp_path: Path, small
     folder = tmp_path / "s" / "cache" / "token_stage"
     snap = folder / json.loads((folder / "current.json").read_text())["snapshot"]
     meta = json.loads((snap / "meta.json").read_text())
-    (snap / "meta.json").write_text(json.dumps({**meta, "version": 1}))
+    (snap / "meta.json").write_text(json.dumps({**meta, "version": old_version}))
     assert TokenIndex(DIM).load(folder) is None
     with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
         assert reader.count() == 80  # opens the view: the old snapshot is not taken
@@ -310,7 +319,7 @@ def test_an_older_token_stage_snapshot_is_rebuilt_not_read(tmp_path: Path, small
         assert reader.search(query, top_k=1)[0].id == ids[3]
         assert reader._view.tokens is not None and len(reader._view.tokens) == 80
     assert json.loads((folder / json.loads((folder / "current.json").read_text())["snapshot"] / "meta.json").read_text())[
-        "version"] == 2
+        "version"] == token_module._VERSION == 3
 
 
 def test_a_moved_cache_still_maps_its_lists_and_prints_nothing(

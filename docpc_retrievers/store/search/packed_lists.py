@@ -108,14 +108,13 @@ def list_entries(index: Any, lst: int, layout: BlockLayout) -> tuple[np.ndarray,
 def pad_codes(index: Any) -> np.ndarray:
     """Per list, the code ``[nlist, m]`` least like its centroid: pads score low for the tokens that probe it.
 
-    Without residuals (faiss's choice for inner product) a code's score is the
-    query's product with its decoded vector; each one-dimensional
-    sub-quantizer takes the value most opposed to the centroid's coordinate.
+    A code's score is the query's product with its decoded vector (with residuals: the list's centroid plus the
+    decoded offset); each one-dimensional sub-quantizer takes the value most opposed to the centroid's coordinate.
     """
     import faiss
 
     pq = index.pq
-    if pq.dsub != 1 or index.by_residual:
+    if pq.dsub != 1:
         return np.zeros((index.nlist, pq.M), dtype=np.uint8)
     values = faiss.vector_to_array(pq.centroids).reshape(pq.M, pq.ksub)
     centroids = index.quantizer.reconstruct_n(0, index.nlist)
