@@ -71,14 +71,14 @@ queries per set, alternating runs): topic recall@10 0.85 (off) -> 0.934 (8x) -> 
 earlier runs); the held-back cone
 generator and 10k unchanged (docs/store.md, "Near-ties widen the candidates" and "The approximate pass on two
 threads")."""
-SHORT_QUERY_FACTOR = 6
+SHORT_QUERY_FACTOR = 4
 """Queries of at most ``TOKEN_STAGE_MAX_TOKENS`` tokens take this many times ``n_candidates`` from the token stage
 (unless the caller gave the count), beside the summaries' best ``n_candidates``. With 128 probes and 4,096 vectors per
 token, on the 100k benchmark store (50 short queries): 1,024 held 0.964 of the exact top 10, 2,048 0.986, 3,072 0.990
-(docs/store.md); with ``SHORT_PROBE_BUDGET`` and ``SHORT_PER_TOKEN`` 1,536 held 0.996. With the summaries' 256, short
-queries copied from a document's rows went from 0.874 to 0.996 and the topic-drawn ones from 0.986 to 0.996, at p50
-127-139 ms against 81-90 (109-134 once an odd token count searched on both threads: tokens.py; past the 100 ms
-target, most of it the token stage's scan)."""
+(docs/store.md); with ``SHORT_PROBE_BUDGET`` and ``SHORT_PER_TOKEN`` 1,536 (6x) held 0.996. With the summaries' 256,
+short queries copied from a document's rows went from 0.874 to 0.996 and the topic-drawn ones from 0.986 to 0.996.
+Since the token stage codes residuals (tokens.py, version 3), 1,024 (4x) hold 0.996 and 0.998 (6x: 0.998 both), at
+p50 98-111 ms against 106-119 for 6x (alternating, one reader)."""
 SHORT_PROBE_BUDGET = 768
 """Lists a short query scans in all: ``SHORT_PROBE_BUDGET // n_tokens`` per token, at most ``SHORT_MAX_PROBES`` (3
 tokens 256, 5 tokens 153, 7 tokens 109): a few tokens each scan more lists for what one scan of 7 cost."""
