@@ -4,9 +4,10 @@ With a few query tokens about a popular topic, thousands of documents have a
 centroid equally close to every token, and which ten score highest is decided
 by single vectors (benchmarks/first_stage_bench.py: 16-centroid summaries keep
 0.77 of the exact top 10 at 256 candidates, this index 0.99). Each stored
-vector sits in an inverted-file index with 4-bit product-quantizer codes, one
-sub-quantizer per dimension (64 bytes per 128-dim vector) of the vector's offset from its list's centroid, scanned by faiss's
-fast-scan kernels; each is labelled with its document's slot. A query
+vector sits in an inverted-file index as 4-bit product-quantizer codes of its
+offset from its list's centroid, one sub-quantizer per dimension (64 bytes
+per 128-dim vector), scanned by faiss's fast-scan kernels; each is labelled
+with its document's slot. A query
 token's nearest vectors vote for their documents by late interaction: per
 document, the sum over query tokens of its best retrieved similarity, or that
 token's worst retrieved one when none of its vectors came back.
