@@ -267,6 +267,68 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     assert asked == {"t": (300, probes), "c": (8, None)}
 
 
+def test_groups_of_near_identical_tokens_add_the_token_stages_candidates_for_their_means() -> None:
+    """A mixed or long query with groups of near-identical tokens adds the token stage's best HEAVY_GROUP_CANDIDATES
+    for the groups' means alone (HEAVY_GROUP_PROBES lists each); a short one, or a count the caller asked for, not."""
+    from docpc_retrievers.store.search import two_stage
+
+    calls: list[tuple[str, int, int, int | None, int | None]] = []
+
+    class Spy(CentroidIndex):
+        def __init__(self, name: str) -> None:
+            super().__init__(16, DIM)
+            self.name = name
+
+        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
+                per_token: int | None = None) -> list[str]:
+            calls.append((self.name, len(query), n, probes, per_token))
+            return [f"{self.name}{len(query)}-{i}" for i in range(n)] + ["shared"]
+
+    tokens, centroids = Spy("t"), Spy("c")
+    search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
+    heavy = np.ones((2, DIM), dtype=np.float32)
+    g, probes, per = two_stage.HEAVY_GROUP_CANDIDATES, two_stage.HEAVY_GROUP_PROBES, two_stage.SHORT_PER_TOKEN
+    long_query = np.zeros((two_stage.MIXED_MAX_TOKENS + 4, DIM), dtype=np.float32)
+    found = search.candidates(long_query, 50, None, heavy=heavy)
+    assert calls == [("t", 2, g, probes, per), ("c", len(long_query), 50, None, None)]
+    assert found == [f"c{len(long_query)}-{i}" for i in range(50)] + ["shared"] + [f"t2-{i}" for i in range(g)]
+    calls.clear()
+    mixed = np.zeros((two_stage.MIXED_MAX_TOKENS, DIM), dtype=np.float32)
+    search.candidates(mixed, 600, None, heavy=heavy)  # the mixed path's two stages, then the groups'
+    t = two_stage.MIXED_TOKEN_CANDIDATES
+    assert calls == [("t", len(mixed), t, two_stage.MIXED_PROBES, None), ("t", 2, g, probes, per),
+                     ("c", len(mixed), 600 - t - 1, None, None)]
+    calls.clear()
+    search.candidates(long_query, 50, None, heavy=np.zeros((0, DIM), dtype=np.float32))  # no group: summaries alone
+    search.candidates(long_query, 50, None, heavy=heavy, explicit=True)  # the caller's count is kept
+    assert calls == [("c", len(long_query), 50, None, None)] * 2
+    calls.clear()
+    short = np.zeros((3, DIM), dtype=np.float32)
+    search.candidates(short, 8, None, heavy=heavy)  # a short query's token search covers its groups already
+    assert [c[0] for c in calls] == ["t", "c"] and calls[0][1] == 3
+
+
+def test_a_search_passes_its_queries_groups_of_near_identical_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search hands the candidates step the means of the query's groups of several tokens, and None for a
+    query of distinct tokens."""
+    from docpc_retrievers.store.search import two_stage
+
+    index, _ = _index(30)
+    ids = [f"d{i}" for i in range(30)]
+    search = TwoStageSearch(index, None, n_candidates=4)  # type: ignore[arg-type]
+    seen: list[np.ndarray | None] = []
+    monkeypatch.setattr(search, "candidates", lambda q, n, allowed, **kw: seen.append(kw["heavy"]) or [])
+    rng = np.random.default_rng(3)
+    distinct = rng.standard_normal((5, DIM)).astype(np.float32)
+    distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)
+    padded = np.concatenate([distinct, np.repeat(distinct[:1], 4, axis=0)])  # the first token 5 times in all
+    for q in (distinct, padded):
+        search._ranked(q, ids, None, 3, 10, False, "max", distinct=two_stage.distinct_tokens(q))
+    assert seen[0] is None
+    assert seen[1] is not None and seen[1].shape == (1, DIM)
+    np.testing.assert_allclose(seen[1][0], distinct[0], atol=1e-5)
+
+
 def _one_token_index(scores: dict[str, float]) -> CentroidIndex:
     """Documents whose best centroid has cosine ``scores[id]`` with the query ``e0`` (the other 15 are orthogonal)."""
     index = CentroidIndex(16, DIM)
