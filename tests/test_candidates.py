@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -195,6 +196,21 @@ def test_document_centroids_are_unit_and_capped_by_the_vector_count() -> None:
     np.testing.assert_allclose(np.linalg.norm(cents, axis=1), 1.0, atol=1e-5)
 
 
+class _Spy(CentroidIndex):
+    """A first stage that tells ``record`` what it was asked (name, query, n, probes, per_token) and answers ``n``
+    ids named by ``label``, then one id every such stage answers ("shared")."""
+
+    def __init__(self, name: str, record: Callable[[str, np.ndarray, int, int | None, int | None], None],
+                 label: Callable[[str, np.ndarray, int], str] = lambda name, _query, i: f"{name}{i}") -> None:
+        super().__init__(16, DIM)
+        self.name, self.record, self.label = name, record, label
+
+    def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
+            per_token: int | None = None) -> list[str]:
+        self.record(self.name, query, n, probes, per_token)
+        return [self.label(self.name, query, i) for i in range(n)] + ["shared"]
+
+
 @pytest.mark.parametrize("small", [True, False])
 def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fewer tokens keep more candidates, within [n_candidates, factor x n_candidates]; a small index has a larger budget and twice the cap."""
@@ -222,18 +238,11 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     asked: dict[str, tuple[int, int | None]] = {}
     kept: dict[str, int | None] = {}
 
-    class Spy(CentroidIndex):
-        def __init__(self, name: str) -> None:
-            super().__init__(16, DIM)
-            self.name = name
+    def record(name: str, query: np.ndarray, n: int, probes: int | None, per_token: int | None) -> None:
+        asked[name] = (n, probes)
+        kept[name] = per_token
 
-        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
-                per_token: int | None = None) -> list[str]:
-            asked[self.name] = (n, probes)
-            kept[self.name] = per_token
-            return [f"{self.name}{i}" for i in range(n)] + ["shared"]
-
-    tokens, centroids = Spy("t"), Spy("c")
+    tokens, centroids = _Spy("t", record), _Spy("c", record)
     search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
     short = np.zeros((3, DIM), dtype=np.float32)
     found = search.candidates(short, 8, None)
@@ -274,17 +283,13 @@ def test_groups_of_near_identical_tokens_add_the_token_stages_candidates_for_the
 
     calls: list[tuple[str, int, int, int | None, int | None]] = []
 
-    class Spy(CentroidIndex):
-        def __init__(self, name: str) -> None:
-            super().__init__(16, DIM)
-            self.name = name
+    def record(name: str, query: np.ndarray, n: int, probes: int | None, per_token: int | None) -> None:
+        calls.append((name, len(query), n, probes, per_token))
 
-        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
-                per_token: int | None = None) -> list[str]:
-            calls.append((self.name, len(query), n, probes, per_token))
-            return [f"{self.name}{len(query)}-{i}" for i in range(n)] + ["shared"]
+    def label(name: str, query: np.ndarray, i: int) -> str:
+        return f"{name}{len(query)}-{i}"
 
-    tokens, centroids = Spy("t"), Spy("c")
+    tokens, centroids = _Spy("t", record, label), _Spy("c", record, label)
     search = TwoStageSearch(centroids, None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
     heavy = np.ones((2, DIM), dtype=np.float32)
     g, probes, per = two_stage.HEAVY_GROUP_CANDIDATES, two_stage.HEAVY_GROUP_PROBES, two_stage.SHORT_PER_TOKEN
