@@ -35,6 +35,10 @@ class DistinctTokens:
         """Whether any tokens were grouped (else ``means`` is the query itself)."""
         return bool((self.counts > 1).any())
 
+    def repeated(self) -> np.ndarray | None:
+        """The means ``[r, dim]`` of the groups of several tokens (padding, query augmentation), or None."""
+        return self.means[self.counts > 1] if self.merged else None
+
     def weighted(self) -> np.ndarray:
         """Each group's mean times its size ``[g, dim]``: sum_g n_g max_j <m_g, d_j>, MaxSim of the copies (the
         query itself when nothing was grouped)."""

@@ -283,8 +283,9 @@ def _split_search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: i
 
     faiss scans one query token per thread, so 3 tokens on 2 threads left one thread idle a third of the time
     (and 1 token, all of it). Each token's lists are dealt alternately into two halves (rounded up to an even
-    count), searched as ``2t`` queries, and each token's two results merged into its best ``k``: the same vectors
-    the whole search finds, to the list.
+    count), searched as ``2t`` queries, and each token's two results merged into its best ``k``: the vectors the
+    whole search finds, to faiss's rounding (each search rounds its lookup tables, list offsets included, over the
+    lists it probes: scores differ by about 1e-4, and ties at the k-th may fall either way).
     """
     import faiss
 

@@ -217,9 +217,8 @@ class TwoStageSearch:
         ``distinct``: the query's near-identical tokens grouped (query_tokens.py): the first stage sees each group
         once, the approximate pass once scaled by its size; the exact pass scores every token."""
         small = exhaustive or len(pool) <= n_cand
-        heavy = distinct.means[distinct.counts > 1] if distinct.merged else None
         cand = pool if small else self.candidates(distinct.means, n_cand, allowed, explicit=explicit, top_k=top_k,
-                                                  heavy=heavy)
+                                                  heavy=distinct.repeated())
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
             fast = approximate_scores(distinct.weighted(), cand, self.source, aggregate)
