@@ -213,7 +213,8 @@ class _Spy(CentroidIndex):
 
 @pytest.mark.parametrize("small", [True, False])
 def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fewer tokens keep more candidates, within [n_candidates, factor x n_candidates]; a small index has a larger budget and twice the cap."""
+    """Fewer tokens keep more candidates, within [n_candidates, factor x n_candidates]; a small index has a larger
+    budget and twice the cap; on a large one, 8-16-token queries have a cap of their own (MIXED_CANDIDATE_FACTOR)."""
     from docpc_retrievers.store.search import two_stage
 
     index, _ = _index(40)
@@ -221,13 +222,22 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
     search = TwoStageSearch(index, None, n_candidates=256)  # type: ignore[arg-type]
     scale = two_stage.SMALL_INDEX_SCALE if small else 1
     budget = two_stage.SMALL_INDEX_BUDGET if small else CANDIDATE_TOKEN_BUDGET
-    tokens = (1, 4, 10, 16, 24, 40, 64, 100, 400)
+    tokens = (1, 4, 7, 8, 10, 16, 17, 24, 40, 64, 100, 400)
     counts = [search.candidates_for(np.zeros((t, DIM), dtype=np.float32)) for t in tokens]
-    assert counts == sorted(counts, reverse=True)  # fewer tokens, more candidates
+    mixed = [two_stage.TOKEN_STAGE_MAX_TOKENS < t <= two_stage.MIXED_MAX_TOKENS for t in tokens]
+    for t, n, m in zip(tokens, counts, mixed):
+        factor = two_stage.MIXED_CANDIDATE_FACTOR if m and not small else MAX_CANDIDATE_FACTOR
+        assert n == min(scale * factor * 256, max(256, budget // t))
     assert counts[0] == scale * MAX_CANDIDATE_FACTOR * 256 and counts[-1] == 256
-    for t, n in zip(tokens, counts):
-        assert n == min(scale * MAX_CANDIDATE_FACTOR * 256, max(256, budget // t))
+    rest = [n for n, t in zip(counts, tokens) if t > two_stage.TOKEN_STAGE_MAX_TOKENS]
+    assert rest == sorted(rest, reverse=True)  # beyond short queries: fewer tokens, more candidates
     assert len(set(counts)) > 2  # the budget, not only the bounds, decides some of them
+    eight, sixteen, seventeen = (counts[tokens.index(t)] for t in (8, 16, 17))
+    if small:  # unchanged by the mixed cap
+        assert eight == 2 * MAX_CANDIDATE_FACTOR * 256
+    else:  # the budget decides 8-16 tokens (3,072 and 1,536 at the defaults); 17 tokens are capped again
+        assert eight == min(two_stage.MIXED_CANDIDATE_FACTOR * 256, CANDIDATE_TOKEN_BUDGET // 8) > MAX_CANDIDATE_FACTOR * 256
+        assert sixteen == CANDIDATE_TOKEN_BUDGET // 16 > seventeen == MAX_CANDIDATE_FACTOR * 256
 
 
 def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() -> None:

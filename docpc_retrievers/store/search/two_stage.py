@@ -1,8 +1,8 @@
 """Two-stage search: first stages keep candidates, MaxSim over their int8 rows ranks them.
 
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
-``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that: fewer tokens rank summaries less
-reliably and cost less per candidate. One whose summary estimates are flat also keeps their near-ties
+``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that (``MIXED_CANDIDATE_FACTOR`` for 8-16 tokens on a large
+index): fewer tokens rank summaries less reliably and cost less per candidate. One whose summary estimates are flat also keeps their near-ties
 (``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take mostly the token-level stage's candidates (``SHORT_QUERY_FACTOR`` x ``n_candidates``, more lists
@@ -47,10 +47,21 @@ the benchmark's 100k store, 8-12-token hard queries held 0.98 of the exact top 1
 1.000 with the token stage's 256 beside 768 (p50 77-79 -> 93 ms, two alternating pairs). Up to 32 tokens, topic
 queries (20-30) took 118 ms p50 and held no more (0.95): their token search costs 25-30 ms (docs/store.md)."""
 MIXED_TOKEN_CANDIDATES = 256
+MIXED_CANDIDATE_FACTOR = 12
+"""A query of more than ``TOKEN_STAGE_MAX_TOKENS`` and at most ``MIXED_MAX_TOKENS`` tokens on an index larger than
+``SMALL_INDEX_DOCS`` keeps up to this many times ``n_candidates`` (``MAX_CANDIDATE_FACTOR`` for longer queries), so
+the budget decides: 8 tokens keep 3,072, 12 tokens 2,048, 16 tokens 1,536. Their misses were near-ties (each within
+0.3% of the exact 10th but for two), which only more exactly scored candidates keep. On the benchmark's 100k store,
+alternating on one reader, recall@10 from 4x to 12x: hard 0.978 -> 0.990, and sets never tuned on: 8-token copies
+0.982 -> 0.998 and 0.968 -> 0.986, 13-16-token noisier copies 0.986 -> 0.992, 9-16 tokens from two documents 0.996
+-> 1.000 (on the held-back generator's corpus 0.996 -> 0.998), padded 0.990 -> 0.992; p50 51-77 -> 74-92 ms, p90 at
+most 102; the held-back pad and para sets (unchanged at 0.995 and 1.000) 74-78 -> 89-91 and 58-61 -> 68 ms
+(docs/store.md)."""
 MIXED_PROBES = 8
 """Lists scanned per token for a mixed query (16 held no more of hard's exact top 10 at 256 + 768)."""
 MAX_CANDIDATE_FACTOR = 4
-"""A query keeps at most this many times ``n_candidates``. At 100,000 documents the 16-centroid ranking's best 512
+"""A query keeps at most this many times ``n_candidates`` (one of 8-16 tokens on a large index:
+``MIXED_CANDIDATE_FACTOR``). At 100,000 documents the 16-centroid ranking's best 512
 hold 0.87 of topic queries' exact top 10, its best 1,024 0.95; 4x (with the coarse shortlist at 8 per candidate,
 so the first stage costs what 2x did) raised recall@10 from 0.90 to 0.95 (hard) and 0.87 to 0.92 (topic) on the
 benchmark's 100k store, at p50 within the run-to-run noise except hard (about +30 ms)."""
@@ -128,7 +139,9 @@ class TwoStageSearch:
     def candidates_for(self, query: np.ndarray) -> int:
         """Candidates to score exactly for a query of ``query.shape[0]`` tokens (see the module docstring)."""
         small = len(self.first_stage) <= SMALL_INDEX_DOCS
-        most = (SMALL_INDEX_SCALE if small else 1) * MAX_CANDIDATE_FACTOR * self.n_candidates
+        mixed = not small and TOKEN_STAGE_MAX_TOKENS < query.shape[0] <= MIXED_MAX_TOKENS
+        factor = MIXED_CANDIDATE_FACTOR if mixed else MAX_CANDIDATE_FACTOR
+        most = (SMALL_INDEX_SCALE if small else 1) * factor * self.n_candidates
         budget = SMALL_INDEX_BUDGET if small else CANDIDATE_TOKEN_BUDGET
         return int(min(most, max(self.n_candidates, budget // query.shape[0])))
 
