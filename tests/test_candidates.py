@@ -240,6 +240,35 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
         assert sixteen == CANDIDATE_TOKEN_BUDGET // 16 > seventeen == MAX_CANDIDATE_FACTOR * 256
 
 
+def test_a_query_with_grouped_tokens_keeps_the_ordinary_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mixed query whose near-identical tokens were grouped is capped at MAX_CANDIDATE_FACTOR (it takes the groups'
+    own candidates), and the search says whether the query was grouped."""
+    from docpc_retrievers.store.search import two_stage
+
+    index, _ = _index(30)
+    monkeypatch.setattr(two_stage, "SMALL_INDEX_DOCS", 29)  # a large index
+    search = TwoStageSearch(index, None, n_candidates=256)  # type: ignore[arg-type]
+    eight = np.zeros((8, DIM), dtype=np.float32)
+    assert search.candidates_for(eight, grouped=True) == MAX_CANDIDATE_FACTOR * 256
+    assert search.candidates_for(eight) == min(two_stage.MIXED_CANDIDATE_FACTOR * 256, CANDIDATE_TOKEN_BUDGET // 8)
+    seen: list[bool] = []
+
+    def counted(query: np.ndarray, *, grouped: bool = False) -> int:
+        seen.append(grouped)
+        return 4
+
+    monkeypatch.setattr(search, "candidates_for", counted)
+    monkeypatch.setattr(search, "_ranked", lambda *a, **kw: [])
+    rng = np.random.default_rng(5)
+    distinct = rng.standard_normal((9, DIM)).astype(np.float32)
+    distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)
+    padded = np.concatenate([distinct, np.repeat(distinct[:1], 6, axis=0)])
+    ids = [f"d{i}" for i in range(30)]
+    for q in (distinct, padded):
+        search.search(q, ids, None, 3, metadata=lambda found: {})
+    assert seen == [False, True]
+
+
 def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() -> None:
     """Short: SHORT_QUERY_FACTOR x n_candidates from the token stage (more lists per token the fewer the tokens) and
     the summaries' best n_candidates; mixed: some of each; long: summaries."""
