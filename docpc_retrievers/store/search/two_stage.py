@@ -51,13 +51,13 @@ MIXED_CANDIDATE_FACTOR = 12
 """A query of more than ``TOKEN_STAGE_MAX_TOKENS`` and at most ``MIXED_MAX_TOKENS`` tokens on an index larger than
 ``SMALL_INDEX_DOCS`` keeps up to this many times ``n_candidates`` (``MAX_CANDIDATE_FACTOR`` for longer queries, and
 for one whose near-identical tokens were grouped, which takes the groups' own candidates), so the budget decides: 8
-tokens keep 3,072, 12 tokens 2,048, 16 tokens 1,536. Their misses were near-ties (each within
-0.3% of the exact 10th but for two), which only more exactly scored candidates keep. On the benchmark's 100k store,
-alternating on one reader, recall@10 from 4x to 12x: hard 0.978 -> 0.990, and sets never tuned on: 8-token copies
-0.982 -> 0.998 and 0.968 -> 0.986, 13-16-token noisier copies 0.986 -> 0.992, 9-16 tokens from two documents 0.996
--> 1.000 (on the held-back generator's corpus 0.996 -> 0.998), padded 0.990 -> 0.992; p50 51-77 -> 74-92 ms, p90 at
-most 102; the held-back pad and para sets (unchanged at 0.995 and 1.000) 74-78 -> 89-91 and 58-61 -> 68 ms
-(docs/store.md)."""
+tokens keep 3,072, 12 tokens 2,048, 16 tokens 1,536. Their misses were near-ties (each within 0.3% of the exact 10th
+but for two), which only more exactly scored candidates keep. On the benchmark's 100k store, recall@10 from 4x to
+12x: hard 0.978 -> 0.990, fresh 8-token copies 0.982 -> 0.998 and 0.968 -> 0.986, and sets drawn to check it:
+13-16-token noisier copies 0.986 -> 0.992, 9-16 tokens from two documents 0.996 -> 1.000 (0.996 -> 0.998 on the
+held-back generator's corpus); p50 51-77 -> 78-97 ms, p90 at most 102 (through ``chroma run``: 8-token sets 96-99 /
+107). 10x kept 8-10 ms more margin and hard at 0.988. Grouped queries gained nothing from it (held-back pad 0.995
+either way, 15-20 ms slower: docs/store.md)."""
 MIXED_PROBES = 8
 """Lists scanned per token for a mixed query (16 held no more of hard's exact top 10 at 256 + 768)."""
 MAX_CANDIDATE_FACTOR = 4
