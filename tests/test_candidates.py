@@ -72,7 +72,7 @@ def test_an_index_under_the_full_scan_size_ranks_every_document_on_all_its_centr
 def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
     monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 0)
-    index, summaries = _index(2000)
+    index, _ = _index(2000)
     rng = np.random.default_rng(3)
     planted = _unit(rng.standard_normal((16, DIM)))
     index.add_block(["planted"], planted[None])
