@@ -236,7 +236,8 @@ def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch
     if small:  # unchanged by the mixed cap
         assert eight == 2 * MAX_CANDIDATE_FACTOR * 256
     else:  # the budget decides 8-16 tokens (3,072 and 1,536 at the defaults); 17 tokens are capped again
-        assert eight == min(two_stage.MIXED_CANDIDATE_FACTOR * 256, CANDIDATE_TOKEN_BUDGET // 8) > MAX_CANDIDATE_FACTOR * 256
+        mixed_cap = min(two_stage.MIXED_CANDIDATE_FACTOR * 256, CANDIDATE_TOKEN_BUDGET // 8)
+        assert eight == mixed_cap > MAX_CANDIDATE_FACTOR * 256
         assert sixteen == CANDIDATE_TOKEN_BUDGET // 16 > seventeen == MAX_CANDIDATE_FACTOR * 256
 
 

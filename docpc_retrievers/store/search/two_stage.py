@@ -2,8 +2,8 @@
 
 A query keeps ``CANDIDATE_TOKEN_BUDGET / n_tokens`` candidates, at least
 ``n_candidates`` and at most ``MAX_CANDIDATE_FACTOR`` x that (``MIXED_CANDIDATE_FACTOR`` for 8-16 tokens on a large
-index): fewer tokens rank summaries less reliably and cost less per candidate. One whose summary estimates are flat also keeps their near-ties
-(``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
+index): fewer tokens rank summaries less reliably and cost less per candidate. One whose summary estimates are flat
+also keeps their near-ties (``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take mostly the token-level stage's candidates (``SHORT_QUERY_FACTOR`` x ``n_candidates``, more lists
 scanned per token the fewer the tokens: tokens.py) and the summaries' best ``n_candidates``, and queries of up to 16
