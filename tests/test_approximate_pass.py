@@ -181,3 +181,25 @@ def test_the_pass_threads_multiply_on_one_openmp_thread_each_and_no_other_thread
         assert torch.get_num_threads() == before and fresh == [before]
     finally:
         pool.shutdown()
+
+
+def test_the_gather_copies_mapped_pieces_in_order_silently_and_refuses_a_wrong_size(tmp_path: Path) -> None:
+    import warnings
+
+    from docpc_retrievers.store.payload import _gather
+
+    rng = np.random.default_rng(3)
+    mapped = tmp_path / "rows.bin"
+    rng.integers(0, 256, 10_000, dtype=np.uint8).tofile(mapped)
+    before = mapped.read_bytes()
+    for mode in ("c", "r"):  # copy-on-write as the cache maps its files (torch's copy), read-only (numpy's)
+        view = np.memmap(mapped, dtype=np.uint8, mode=mode).view(np.ndarray)
+        pieces = [view[700:1500], view[0:300], view[9000:10_000]]
+        out = np.zeros(2100, dtype=np.uint8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch warns when it wraps a read-only array
+            _gather(pieces, out)
+        np.testing.assert_array_equal(out, np.concatenate(pieces))
+        with pytest.raises(ValueError, match="exactly"):
+            _gather(pieces, np.zeros(2101, dtype=np.uint8))
+    assert mapped.read_bytes() == before

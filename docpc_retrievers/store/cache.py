@@ -194,7 +194,9 @@ class VectorCache:
         try:
             mm = self._maps.get(name)
             if mm is None or mm.shape[0] < offset + length:  # a plain view of the map: slicing a memmap costs 6 us more
-                mm = self._maps[name] = np.memmap(self.folder / name, dtype=np.uint8, mode="r").view(np.ndarray)
+                # Copy-on-write, not read-only: nothing writes to it, and torch copies out of writable arrays without
+                # a warning and without holding the GIL (payload.py, ``_gather``); the file is never changed.
+                mm = self._maps[name] = np.memmap(self.folder / name, dtype=np.uint8, mode="c").view(np.ndarray)
             if mm.shape[0] < offset + length:
                 raise ValueError("short cache file")
         except (OSError, ValueError):
