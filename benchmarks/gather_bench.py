@@ -33,7 +33,10 @@ def main() -> None:
     from docpc_retrievers.store import payload
     from docpc_retrievers.store.cache import VectorCache
     from docpc_retrievers.store.codec import pack_vectors
-    from docpc_retrievers.store.search.exact import SHORTLIST_THREADS, approximate_scores
+    from docpc_retrievers.store.search.exact import (
+        SHORTLIST_THREADS,
+        approximate_scores,
+    )
 
     dim, rng = 128, np.random.default_rng(0)
     torch_gather = payload._gather
