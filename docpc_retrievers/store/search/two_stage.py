@@ -214,7 +214,7 @@ class TwoStageSearch:
             probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
             found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
                                probes=probes, per_token=SHORT_PER_TOKEN)
-            return list(dict.fromkeys([*found, *self.first_stage.top(q, self.n_candidates, allowed)]))
+            return list(dict.fromkeys([*found, *self.first_stage.top_quick(q, self.n_candidates, allowed)]))
         found: list[str] = []
         if q.shape[0] <= MIXED_MAX_TOKENS:
             found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
