@@ -77,18 +77,30 @@ class VectorReader:
             self.cache.advise(ids)
         dim, counts = self.dim, self.counts
         with self._lock:  # the cache's maps and a miss's fetch and write are shared by the threads of a search
-            kept, sizes, buffers, missing = [], [], [], []
-            for doc_id, buf in zip(ids, self.cache.buffers(ids)):
-                n = counts.get(doc_id)
-                if n is None:  # deleted meanwhile
-                    continue
-                if buf is None or len(buf) < n * (dim + 2):  # a miss, or an entry short of its record's rows
-                    missing.append(doc_id)
-                kept.append(doc_id)
-                sizes.append(n)
-                buffers.append(buf)
-            if missing:
-                kept, sizes, buffers = self._fetch_missing(ids, kept, buffers, missing)
+            found = self.cache.buffers(ids)
+            counted = [counts.get(doc_id) for doc_id in ids]
+            if all(buf is not None and n is not None and len(buf) >= n * (dim + 2)  # every one live and cached
+                   for buf, n in zip(found, counted)):
+                kept, sizes, buffers = list(ids), counted, found
+            else:
+                kept, sizes, buffers, missing = [], [], [], []
+                for doc_id, buf in zip(ids, found):
+                    n = counts.get(doc_id)
+                    if n is None:  # deleted meanwhile
+                        continue
+                    if buf is None or len(buf) < n * (dim + 2):  # a miss, or an entry short of its record's rows
+                        missing.append(doc_id)
+                    kept.append(doc_id)
+                    sizes.append(n)
+                    buffers.append(buf)
+                if missing:
+                    kept, sizes, buffers = self._fetch_missing(ids, kept, buffers, missing)
+        return self._copied(kept, sizes, buffers)  # type: ignore[arg-type]  # the copy runs outside the lock
+
+    def _copied(self, kept: list[str], sizes: list[int],
+                buffers: list[np.ndarray]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+        """:meth:`rows`'s answer: ``buffers``' int8 rows and scales copied into this thread's scratch arrays."""
+        dim = self.dim
         total = sum(sizes)
         rows, scales = self._scratch(total)
         if kept:  # byte slices of the packed layout (int8 rows, then float16 scales): no per-document view objects

@@ -86,12 +86,14 @@ def exact_scores(
     kept, sizes, rows, scales = source.rows(ids)
     if not kept:
         return np.full(len(ids), -np.inf, dtype=np.float32), [np.zeros(0, np.float32) for _ in ids]
-    lengths: list[int] = []
+    lengths: list[int] = sizes
     counts: list[int] = []
-    for doc_id, n in zip(kept, sizes):
-        split = source.parts(doc_id) or (n,)
-        lengths.extend(split)
-        counts.append(len(split))
+    splits = [source.parts(doc_id) for doc_id in kept]
+    if any(splits):  # multi-part records (page mode): each part is scored on its own
+        lengths = []
+        for split, n in zip(splits, sizes):
+            lengths.extend(split or (n,))
+            counts.append(len(split or (n,)))
     flat = maxsim_int8(query, rows, scales, lengths, dtype=_fast_dtype() if fast else None)
     if len(lengths) == len(kept):  # one part each: the part score is the document score
         scores, per_part = flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(kept))]
