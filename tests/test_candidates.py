@@ -236,8 +236,9 @@ class _Spy(CentroidIndex):
         self.name, self.record, self.label = name, record, label
 
     def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
-            per_token: int | None = None) -> list[str]:
+            per_token: int | None = None, distinct_codes: int | None = None) -> list[str]:
         self.record(self.name, query, n, probes, per_token)
+        self.distinct_codes = distinct_codes
         return [self.label(self.name, query, i) for i in range(n)] + ["shared"]
 
     def top_quick(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
@@ -323,6 +324,7 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     probes = min(two_stage.SHORT_MAX_PROBES, two_stage.SHORT_PROBE_BUDGET // 3)
     assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c quick": (8, None)}  # summaries: the quick ranking
     assert kept == {"t": two_stage.SHORT_PER_TOKEN, "c quick": None}
+    assert tokens.distinct_codes == two_stage.SHORT_DISTINCT_CODES  # a short query's scan is bounded
     assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(8)]
     search.candidates(short, search.candidates_for(short), None)  # the automatic count, when larger, is kept
     assert asked["t"] == (max(search.candidates_for(short), two_stage.SHORT_QUERY_FACTOR * 8), probes)
@@ -335,6 +337,7 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     found = search.candidates(mixed, 600, None)  # the token stage's best 256, the summaries' best 600 - 257
     t = two_stage.MIXED_TOKEN_CANDIDATES
     assert asked == {"t": (t, two_stage.MIXED_PROBES), "c": (600 - t - 1, None)}
+    assert tokens.distinct_codes is None  # a mixed query's few lists are not
     assert found == [f"t{i}" for i in range(t)] + ["shared"] + [f"c{i}" for i in range(600 - t - 1)]  # "shared" once
     asked.clear()
     search.candidates(mixed, 40, None)  # few candidates asked: at most half from the token stage

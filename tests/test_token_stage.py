@@ -389,3 +389,30 @@ def test_a_periodic_save_during_a_commit_keeps_that_commits_documents_in_both_sn
         assert all(v.n[i] == 40 for i in ids)  # every count saved, none as 0
         query = _unit(docs[530][[1, 3]] + 0.01)
         assert reader.search(query, top_k=1)[0].id == ids[530]
+
+
+def test_a_short_query_reads_at_most_its_budget_of_distinct_codes(small_lists: None) -> None:
+    """probes_within: the most lists per token whose union holds at most the budget of vectors (at least one list),
+    counting vectors added since training; top with the budget answers as top with that many lists."""
+    docs = _docs(120, seed=5)
+    index = TokenIndex(DIM)
+    index.add(_ids(120), docs)
+    assert index.trained
+    rng = np.random.default_rng(6)
+    query = _unit(docs[3][[0, 7, 11]] + 0.3 * rng.standard_normal((3, DIM)))
+    _, lists = index._delta.quantizer.search(query, 16)
+    sizes = np.array([index._delta.invlists.list_size(lst) for lst in range(16)])
+    assert sizes.sum() == 120 * 40
+
+    def union(p: int) -> int:
+        return int(sizes[np.unique(lists[:, :p])].sum())
+
+    assert index.probes_within(query, 16, 10**9) == 16
+    assert index.probes_within(query, 16, 0) == 1  # never fewer than one list
+    for budget in (union(2), union(2) + 1, union(4) - 1, union(9)):
+        p = index.probes_within(query, 16, budget)
+        assert union(p) <= budget and (p == 16 or union(p + 1) > budget)
+        assert index.top(query, 30, distinct_codes=budget, probes=16) == index.top(query, 30, probes=p)
+    more = _docs(40, seed=7)
+    index.add(_ids(40, "b"), more)  # the added vectors count too
+    assert index._list_sizes().sum() == 160 * 40

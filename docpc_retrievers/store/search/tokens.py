@@ -96,6 +96,7 @@ class TokenIndex(CandidateIndex):
         self.trained_on = 0
         """Documents the lists were trained to represent (those present at training, or a rebuild's whole store)."""
         self._pending: list[tuple[int, np.ndarray]] = []  # before training: (slot, vectors)
+        self._sizes: np.ndarray | None = None  # vectors per list, mapped and added (None: count again)
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -127,6 +128,7 @@ class TokenIndex(CandidateIndex):
                 self._train()
         elif batch:
             self._add_to(self._delta, batch)
+            self._sizes = None
 
     def remove(self, ids: Iterable[str]) -> None:
         for doc_id in ids:
@@ -150,6 +152,7 @@ class TokenIndex(CandidateIndex):
         self._delta = index
         self._add_to(index, self._pending)
         self._pending = []
+        self._sizes = None
 
     @staticmethod
     def _add_to(index: Any, batch: Sequence[tuple[int, np.ndarray]]) -> None:
@@ -160,13 +163,17 @@ class TokenIndex(CandidateIndex):
 
     # ----------------------------------------------------------------- search
     def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None,
-            per_token: int | None = None) -> list[str]:
+            per_token: int | None = None, distinct_codes: int | None = None) -> list[str]:
         """The ``n`` documents with the highest pooled token similarity for ``query [t, dim]`` (``probes`` lists
-        scanned per token, None: ``N_PROBE``; ``per_token`` nearest vectors kept per token, None: ``PER_TOKEN``)."""
+        scanned per token, None: ``N_PROBE``; ``per_token`` nearest vectors kept per token, None: ``PER_TOKEN``;
+        ``distinct_codes``: fewer lists per token where the tokens' lists together would hold more vectors than
+        this, :meth:`probes_within`)."""
         keep = per_token or PER_TOKEN
         if n <= 0 or not self._slot:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
+        if distinct_codes is not None and self._delta is not None:
+            probes = self.probes_within(q, probes or N_PROBE, distinct_codes)
         slots = None if allowed is None else np.array([self._slot[d] for d in allowed if d in self._slot], np.int64)
         if slots is not None and slots.size == 0:
             return []
@@ -189,6 +196,34 @@ class TokenIndex(CandidateIndex):
         seen = np.flatnonzero(score > -np.inf)
         best = seen[np.argsort(-score[seen], kind="stable")[:n]]
         return [self._ids[s] for s in best]
+
+    def probes_within(self, query: np.ndarray, probes: int, distinct_codes: int) -> int:
+        """The most lists per token, at most ``probes``, whose union over ``query [t, dim]``'s tokens holds at most
+        ``distinct_codes`` vectors (at least 1 list).
+
+        Why: the scan reads memory as fast as the machine allows, so its cost follows the distinct codes a query
+        reads, not its lists per token. Tokens drawn around one topic share about half their nearest lists; tokens
+        copied from one document's rows point different ways and share a quarter, and tokens near a crowded
+        direction land in lists several times the mean (docs/store.md, "Short queries read a bounded share").
+        """
+        _, lists = self._delta.quantizer.search(query, min(probes, self._delta.nlist))
+        sizes = self._list_sizes()
+        lo, hi = 1, lists.shape[1]
+        while lo < hi:  # the union only grows with the lists per token
+            mid = (lo + hi + 1) // 2
+            if int(sizes[np.unique(lists[:, :mid])].sum()) <= distinct_codes:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _list_sizes(self) -> np.ndarray:
+        """Vectors per list ``[nlist]``, mapped and added together (remembered until the next change)."""
+        if self._sizes is None:
+            parts = [index for index in (self._base, self._delta) if index is not None]
+            self._sizes = np.array([sum(index.invlists.list_size(lst) for index in parts)
+                                    for lst in range(self._delta.nlist)], dtype=np.int64)
+        return self._sizes
 
     @staticmethod
     def _search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int,
@@ -263,6 +298,7 @@ class TokenIndex(CandidateIndex):
             return None
         self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
         self._base, self._delta, self._trained, self._pending = base, delta, trained, []
+        self._sizes = None
         self.trained_on = int(meta.get("trained_on", 0))  # not recorded: unknown, so rebuilt at the next save
         return extras
 

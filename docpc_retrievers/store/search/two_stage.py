@@ -95,6 +95,15 @@ SHORT_PROBE_BUDGET = 768
 """Lists a short query scans in all: ``SHORT_PROBE_BUDGET // n_tokens`` per token, at most ``SHORT_MAX_PROBES`` (3
 tokens 256, 5 tokens 153, 7 tokens 109): a few tokens each scan more lists for what one scan of 7 cost."""
 SHORT_MAX_PROBES = 256
+SHORT_DISTINCT_CODES: int | None = 8_000_000
+"""Vectors a short query's tokens read together in the token stage, at most (``TokenIndex.probes_within``: fewer lists
+per token where their lists together hold more; 64 bytes each, about 0.5 GB). On the benchmark's 100k store (38M
+vectors in 2,048 lists) a short query's 768 lists hold 13-16M vectors, but tokens drawn around a topic share half
+their lists, and tokens copied from a document's rows a quarter: those read half as much again, and their
+summaries' candidates find what fewer lists miss. Alternating on one reader (p50 ms, recall@10), no cap / 9M /
+8M / 7M: short 96-101 / 97-99 / 95-103 / 92-96 at 0.996 throughout; short_copy 107-114 / 101-103 / 94-101 / 90-91
+at 0.998 / 0.998 / 0.996 / 0.992; the held-back corpus's short set (filler tokens in lists up to 12x the mean)
+104-110 / 104-109 / 101-108 / 100 at 1.000, its p90 129-133 -> 110-119 (docs/store.md)."""
 SHORT_PER_TOKEN = 12288
 """Nearest vectors a short query keeps per token (4,096 otherwise: tokens.PER_TOKEN). The scan costs the same; the
 documents whose best vector for a token ranked past 4,096 now count it instead of a floor. At 100k, short queries in
@@ -216,7 +225,7 @@ class TwoStageSearch:
             # from a document's rows the other way round (docs/store.md, "Short queries built another way").
             probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
             found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
-                               probes=probes, per_token=SHORT_PER_TOKEN)
+                               probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
             return list(dict.fromkeys([*found, *self.first_stage.top_quick(q, self.n_candidates, allowed)]))
         found: list[str] = []
         if q.shape[0] <= MIXED_MAX_TOKENS:
