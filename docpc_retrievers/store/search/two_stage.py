@@ -6,8 +6,8 @@ index): fewer tokens rank summaries less reliably and cost less per candidate. O
 also keeps their near-ties (``NEAR_TIE_FACTOR``), unless the caller gave the count. Small indexes (``SMALL_INDEX_DOCS``)
 have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take mostly the token-level stage's candidates (``SHORT_QUERY_FACTOR`` x ``n_candidates``, more lists
-scanned per token the fewer the tokens: tokens.py) and the summaries' best ``n_candidates``, and queries of up to 16
-tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
+scanned per token the fewer the tokens, within a budget of distinct codes read: tokens.py) and the summaries' best
+``n_candidates``, and queries of up to 16 tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
 first (query_tokens.py): the count of candidates, the choice of stage and the stages themselves see one row per
 group, the approximate pass each group once scaled by its size, the exact pass every token. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
@@ -101,9 +101,9 @@ per token where their lists together hold more; 64 bytes each, about 0.5 GB). On
 vectors in 2,048 lists) a short query's 768 lists hold 13-16M vectors, but tokens drawn around a topic share half
 their lists, and tokens copied from a document's rows a quarter: those read half as much again, and their
 summaries' candidates find what fewer lists miss. Alternating on one reader (p50 ms, recall@10), no cap / 9M /
-8M / 7M: short 96-101 / 97-99 / 95-103 / 92-96 at 0.996 throughout; short_copy 107-114 / 101-103 / 94-101 / 90-91
+8M / 7M: short 96-104 / 97-99 / 95-103 / 92-96 at 0.996 throughout; short_copy 107-114 / 101-103 / 94-101 / 90-91
 at 0.998 / 0.998 / 0.996 / 0.992; the held-back corpus's short set (filler tokens in lists up to 12x the mean)
-104-110 / 104-109 / 101-108 / 100 at 1.000, its p90 129-133 -> 110-119 (docs/store.md)."""
+103-118 / 102-109 / 101-108 / 100 at 1.000, its p90 126-152 -> 110-119 (docs/store.md)."""
 SHORT_PER_TOKEN = 12288
 """Nearest vectors a short query keeps per token (4,096 otherwise: tokens.PER_TOKEN). The scan costs the same; the
 documents whose best vector for a token ranked past 4,096 now count it instead of a floor. At 100k, short queries in
