@@ -37,6 +37,16 @@ def _index(n_docs: int, seed: int = 0) -> tuple[CentroidIndex, np.ndarray]:
     return index, summaries
 
 
+def _with_planted(n_docs: int, seed: int) -> tuple[CentroidIndex, np.ndarray, np.ndarray, np.random.Generator]:
+    """An index of ``n_docs`` random documents plus one named "planted"; its summaries, the planted document's
+    centroids ``[16, DIM]`` and the generator that drew them (queries near the planted document draw on)."""
+    index, summaries = _index(n_docs)
+    rng = np.random.default_rng(seed)
+    planted = _unit(rng.standard_normal((16, DIM)))
+    index.add_block(["planted"], planted[None])
+    return index, summaries, planted, rng
+
+
 def _brute_top(query: np.ndarray, summaries: np.ndarray, n: int) -> list[str]:
     approx = np.einsum("td,ncd->ntc", query, summaries).max(axis=2).sum(axis=1)
     return [f"d{i}" for i in np.argsort(-approx)[:n]]
@@ -72,10 +82,7 @@ def test_an_index_under_the_full_scan_size_ranks_every_document_on_all_its_centr
 def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
     monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 0)
-    index, _ = _index(2000)
-    rng = np.random.default_rng(3)
-    planted = _unit(rng.standard_normal((16, DIM)))
-    index.add_block(["planted"], planted[None])
+    index, _, planted, rng = _with_planted(2000, seed=3)
     query = _unit(planted[:5] + 0.1 * rng.standard_normal((5, DIM)))
     top = index.top(query, 10)  # 2001 documents > 2 x shortlist of 160: the coarse pass runs
     assert len(top) == 10 and len(set(top)) == 10
@@ -92,10 +99,7 @@ def test_the_quick_ranking_takes_the_coarse_pass_below_the_full_scan_size(monkey
     QUICK_FULL_SCAN_MAX documents; top on the same index still ranks every document on all 16."""
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
     monkeypatch.setattr(candidates, "QUICK_FULL_SCAN_MAX", 500)
-    index, summaries = _index(2000)
-    rng = np.random.default_rng(13)
-    planted = _unit(rng.standard_normal((16, DIM)))
-    index.add_block(["planted"], planted[None])
+    index, summaries, planted, rng = _with_planted(2000, seed=13)
     query = _unit(planted[:4] + 0.1 * rng.standard_normal((4, DIM)))
     levels: list[str] = []
     score = index._score
@@ -149,10 +153,7 @@ def test_a_long_query_uses_the_merged_query_in_the_coarse_pass_and_keeps_a_plant
         return out
 
     monkeypatch.setattr(candidates, "merged_query", spy)
-    index, _ = _index(2000)
-    rng = np.random.default_rng(4)
-    planted = _unit(rng.standard_normal((16, DIM)))
-    index.add_block(["planted"], planted[None])
+    index, _, planted, rng = _with_planted(2000, seed=4)
     query = _unit(planted[rng.integers(0, 16, 24)] + 0.1 * rng.standard_normal((24, DIM)))
     top = index.top(query, 10)
     assert calls and calls[0][0] == 24 and calls[0][1] <= candidates.COARSE_QUERY_ROWS

@@ -84,8 +84,7 @@ class VectorReader:
                 kept, sizes, buffers = list(ids), counted, found
             else:
                 kept, sizes, buffers, missing = [], [], [], []
-                for doc_id, buf in zip(ids, found):
-                    n = counts.get(doc_id)
+                for doc_id, buf, n in zip(ids, found, counted):
                     if n is None:  # deleted meanwhile
                         continue
                     if buf is None or len(buf) < n * (dim + 2):  # a miss, or an entry short of its record's rows
