@@ -308,7 +308,7 @@ def test_a_query_with_grouped_tokens_keeps_the_ordinary_cap(monkeypatch: pytest.
 
 def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() -> None:
     """Short: SHORT_QUERY_FACTOR x n_candidates from the token stage (more lists per token the fewer the tokens) and
-    the summaries' best n_candidates; mixed: some of each; long: summaries."""
+    the summaries' best SHORT_SUMMARY_FACTOR x n_candidates; mixed: some of each; long: summaries."""
     from docpc_retrievers.store.search import two_stage
 
     asked: dict[str, tuple[int, int | None]] = {}
@@ -323,10 +323,11 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     short = np.zeros((3, DIM), dtype=np.float32)
     found = search.candidates(short, 8, None)
     probes = min(two_stage.SHORT_MAX_PROBES, two_stage.SHORT_PROBE_BUDGET // 3)
-    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c quick": (8, None)}  # summaries: the quick ranking
+    quick = two_stage.SHORT_SUMMARY_FACTOR * 8
+    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c quick": (quick, None)}  # the quick ranking
     assert kept == {"t": two_stage.SHORT_PER_TOKEN, "c quick": None}
     assert tokens.distinct_codes == two_stage.SHORT_DISTINCT_CODES  # a short query's scan is bounded
-    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(8)]
+    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(quick)]
     search.candidates(short, search.candidates_for(short), None)  # the automatic count, when larger, is kept
     assert asked["t"] == (max(search.candidates_for(short), two_stage.SHORT_QUERY_FACTOR * 8), probes)
     seven = np.zeros((two_stage.TOKEN_STAGE_MAX_TOKENS, DIM), dtype=np.float32)
@@ -348,10 +349,10 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     assert asked == {"c": (50, None)}
     asked.clear()
     search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
-    assert asked == {"t": (5000, probes), "c quick": (8, None)}
+    assert asked == {"t": (5000, probes), "c quick": (quick, None)}
     asked.clear()
     search.candidates(short, 300, None)  # an automatic count above the factor's (a large top_k) is kept
-    assert asked == {"t": (300, probes), "c quick": (8, None)}
+    assert asked == {"t": (300, probes), "c quick": (quick, None)}
 
 
 def test_groups_of_near_identical_tokens_add_the_token_stages_candidates_for_their_means() -> None:

@@ -16,6 +16,7 @@ from docpc_retrievers.store.search.two_stage import (
     SHORT_PER_TOKEN,
     SHORT_PROBE_BUDGET,
     SHORT_QUERY_FACTOR,
+    SHORT_SUMMARY_FACTOR,
 )
 
 pytestmark = pytest.mark.usefixtures("fresh_chroma")
@@ -60,8 +61,8 @@ def test_short_queries_take_the_token_stages_candidates_and_find_the_single_best
         assert ids[planted] in short  # the token stage found it
         probes = min(SHORT_MAX_PROBES, SHORT_PROBE_BUDGET // 2)  # two tokens: more lists each
         tokens = view.tokens.top(query, SHORT_QUERY_FACTOR * 4, probes=probes, per_token=SHORT_PER_TOKEN)
-        summaries = view.index.top(query, 4)
-        assert short == list(dict.fromkeys(tokens + summaries))  # SHORT_QUERY_FACTOR x n_candidates, then the summaries' n
+        summaries = view.index.top(query, SHORT_SUMMARY_FACTOR * 4)
+        assert short == list(dict.fromkeys(tokens + summaries))  # SHORT_QUERY_FACTOR x n_candidates, then the summaries'
         assert set(summaries) - set(tokens) and len(short) > len(tokens)  # the summaries added some of their own
         long_query = np.concatenate([query] * (MIXED_MAX_TOKENS // 2 + 1))  # past the mixed queries
         assert view.search.candidates(long_query, 4, None) == view.index.top(long_query, 4)

@@ -7,7 +7,7 @@ also keeps their near-ties (``NEAR_TIE_FACTOR``), unless the caller gave the cou
 have a larger budget and double the cap: their first stage leaves the time. Queries of
 a few tokens take mostly the token-level stage's candidates (``SHORT_QUERY_FACTOR`` x ``n_candidates``, more lists
 scanned per token the fewer the tokens, within a budget of distinct codes read: tokens.py) and the summaries' best
-``n_candidates``, and queries of up to 16 tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
+``SHORT_SUMMARY_FACTOR`` x ``n_candidates``, and queries of up to 16 tokens some of each. Near-identical query tokens (padding, query augmentation) are grouped
 first (query_tokens.py): the count of candidates, the choice of stage and the stages themselves see one row per
 group, the approximate pass each group once scaled by its size, the exact pass every token. The candidates are scored
 approximately (the query rounded to int8 per token and multiplied with the
@@ -85,7 +85,7 @@ generator and 10k unchanged (docs/store.md, "Near-ties widen the candidates" and
 threads")."""
 SHORT_QUERY_FACTOR = 4
 """Queries of at most ``TOKEN_STAGE_MAX_TOKENS`` tokens take this many times ``n_candidates`` from the token stage
-(unless the caller gave the count), beside the summaries' best ``n_candidates``. With 128 probes and 4,096 vectors per
+(unless the caller gave the count), beside the summaries' best (``SHORT_SUMMARY_FACTOR``). With 128 probes and 4,096 vectors per
 token, on the 100k benchmark store (50 short queries): 1,024 held 0.964 of the exact top 10, 2,048 0.986, 3,072 0.990
 (docs/store.md); with ``SHORT_PROBE_BUDGET`` and ``SHORT_PER_TOKEN`` 1,536 (6x) held 0.996. With the summaries' 256,
 short queries copied from a document's rows went from 0.874 to 0.996 and the topic-drawn ones from 0.986 to 0.996.
@@ -95,15 +95,23 @@ SHORT_PROBE_BUDGET = 768
 """Lists a short query scans in all: ``SHORT_PROBE_BUDGET // n_tokens`` per token, at most ``SHORT_MAX_PROBES`` (3
 tokens 256, 5 tokens 153, 7 tokens 109): a few tokens each scan more lists for what one scan of 7 cost."""
 SHORT_MAX_PROBES = 256
-SHORT_DISTINCT_CODES: int | None = 8_000_000
+SHORT_DISTINCT_CODES: int | None = 6_000_000
 """Vectors a short query's tokens read together in the token stage, at most (``TokenIndex.probes_within``: fewer lists
-per token where their lists together hold more; 64 bytes each, about 0.5 GB). On the benchmark's 100k store (38M
+per token where their lists together hold more; 64 bytes each, about 0.4 GB). On the benchmark's 100k store (38M
 vectors in 2,048 lists) a short query's 768 lists hold 13-16M vectors, but tokens drawn around a topic share half
 their lists, and tokens copied from a document's rows a quarter: those read half as much again, and their
 summaries' candidates find what fewer lists miss. Alternating on one reader (p50 ms, recall@10), no cap / 9M /
 8M / 7M: short 96-104 / 97-99 / 95-103 / 92-96 at 0.996 throughout; short_copy 107-114 / 101-103 / 94-101 / 90-91
 at 0.998 / 0.998 / 0.996 / 0.992; the held-back corpus's short set (filler tokens in lists up to 12x the mean)
-103-118 / 102-109 / 101-108 / 100 at 1.000, its p90 126-152 -> 110-119 (docs/store.md)."""
+103-118 / 102-109 / 101-108 / 100 at 1.000, its p90 126-152 -> 110-119. 6M since 2026-11-26 (night), with the
+summaries' share doubled (``SHORT_SUMMARY_FACTOR``), which finds what the fewer lists miss: 8M + 256 / 6M + 512 /
+7M + 512, alternating: short 95-100 / 88-91 / 94-95 ms at 0.996 throughout, short_copy 95-100 / 86-87 / 93-94 at
+0.996 / 0.994 / 0.994, held-back short 102 / 93 at 1.000 (docs/store.md)."""
+SHORT_SUMMARY_FACTOR = 2
+"""A short query takes the summaries' best this many times ``n_candidates`` beside the token stage's. Share of the
+exact top 10 in the candidates at 6M codes (100k store, token stage's best 1,024 beside the summaries' 256 / 512 /
+768): short 0.996 throughout, short_copy 0.990 / 0.994 / 0.996, held-back short 1.000 throughout; 768 costs what
+the codes saved (a larger shortlist in the coarse pass, 256 more rows to score)."""
 SHORT_PER_TOKEN = 12288
 """Nearest vectors a short query keeps per token (4,096 otherwise: tokens.PER_TOKEN). The scan costs the same; the
 documents whose best vector for a token ranked past 4,096 now count it instead of a floor. At 100k, short queries in
@@ -201,7 +209,7 @@ class TwoStageSearch:
         heavy: np.ndarray | None = None,
     ) -> list[str]:
         """The first stage's ``n`` candidates; a short query takes the token-level stage's instead, beside the
-        summaries' best ``n_candidates``, and a mixed one (``MIXED_MAX_TOKENS``) some of each (when there is a token
+        summaries' best ``SHORT_SUMMARY_FACTOR`` x ``n_candidates``, and a mixed one (``MIXED_MAX_TOKENS``) some of each (when there is a token
         stage). ``explicit``: ``n`` was asked for by the caller, so a short query takes ``n`` from the token stage
         (not ``SHORT_QUERY_FACTOR`` x ``n_candidates``) and the
         summaries are not widened. ``top_k``: widen the summaries' candidates to the near-ties of their
@@ -226,7 +234,8 @@ class TwoStageSearch:
             probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
             found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
                                probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
-            return list(dict.fromkeys([*found, *self.first_stage.top_quick(q, self.n_candidates, allowed)]))
+            quick = self.first_stage.top_quick(q, SHORT_SUMMARY_FACTOR * self.n_candidates, allowed)
+            return list(dict.fromkeys([*found, *quick]))
         found: list[str] = []
         if q.shape[0] <= MIXED_MAX_TOKENS:
             found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
