@@ -608,8 +608,13 @@ def main() -> None:
         if args.server:
             from docpc_retrievers.testing.chroma_server import chroma_server
 
-            with chroma_server(Path(tempfile.mkdtemp(prefix="docpc-bench-server-", dir=args.workdir))) as srv:
-                runs["chroma run"] = scale(args, (srv.host, srv.port))
+            served = Path(tempfile.mkdtemp(prefix="docpc-bench-server-", dir=args.workdir))
+            try:
+                with chroma_server(served) as srv:
+                    runs["chroma run"] = scale(args, (srv.host, srv.port))
+            finally:  # the server's data: 1.6 GB at 10k documents
+                if not args.keep:
+                    shutil.rmtree(served, ignore_errors=True)
     report(quality, runs, args.docs)
     peer = peers(args) if args.peers else None
     if peer:
