@@ -94,31 +94,29 @@ def test_coarse_pass_keeps_a_planted_document_and_respects_filters(monkeypatch: 
     assert "planted" not in index.top(query, 10)
 
 
-def test_the_quick_ranking_takes_the_coarse_pass_below_the_full_scan_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """top_quick (a short query's summaries, beside the token stage) shortlists on the coarse centroids over
-    QUICK_FULL_SCAN_MAX documents; top on the same index still ranks every document on all 16."""
+def test_the_coarse_pass_shortlists_over_the_full_scan_size_also_under_a_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over FULL_SCAN_MAX documents (after a filter) the coarse centroids shortlist first and the planted document
+    survives; a filter leaving fewer ranks every one on all 16 centroids, the exact top n."""
     monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
-    monkeypatch.setattr(candidates, "QUICK_FULL_SCAN_MAX", 500)
+    monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 500)
     index, summaries, planted, rng = _with_planted(2000, seed=13)
     query = _unit(planted[:4] + 0.1 * rng.standard_normal((4, DIM)))
     levels: list[str] = []
     score = index._score
     monkeypatch.setattr(index, "_score", lambda q, level, rows: (levels.append(level), score(q, level, rows))[1])
-    quick = index.top_quick(query, 10)
-    assert levels == ["coarse", "fine"]  # 2,001 documents > 500 and 2 x the shortlist of 160, < FULL_SCAN_MAX
-    assert len(quick) == len(set(quick)) == 10 and "planted" in quick
+    found = index.top(query, 10)
+    assert levels == ["coarse", "fine"]  # 2,001 documents > 500 and 2 x the shortlist of 160
+    assert len(found) == len(set(found)) == 10 and "planted" in found
+    allowed = {f"d{i}" for i in range(0, 2000, 2)} | {"planted"}  # 1,001 documents: still the coarse pass
     levels.clear()
-    brute = _brute_top(query, np.concatenate([summaries, planted[None]]), 10)
-    assert set(index.top(query, 10)) == {"planted" if d == "d2000" else d for d in brute}
+    filtered = index.top(query, 10, allowed)
+    assert levels == ["coarse", "fine"] and len(filtered) == 10 and set(filtered) <= allowed and "planted" in filtered
+    allowed = {f"d{i}" for i in range(0, 2000, 5)}  # 400: under FULL_SCAN_MAX, every one on all 16
+    levels.clear()
+    filtered = index.top(query, 10, allowed)
     assert levels == ["fine"]
-    allowed = {f"d{i}" for i in range(0, 2000, 2)}  # 1,000 documents: still the coarse pass
-    levels.clear()
-    filtered = index.top_quick(query, 10, allowed)
-    assert levels == ["coarse", "fine"] and len(filtered) == 10 and set(filtered) <= allowed
-    allowed = {f"d{i}" for i in range(0, 2000, 5)}  # 400: under QUICK_FULL_SCAN_MAX, every one on all 16
-    levels.clear()
-    filtered = index.top_quick(query, 10, allowed)
-    assert levels == ["fine"] and len(filtered) == 10 and set(filtered) <= allowed
+    brute = [f"d{5 * int(d[1:])}" for d in _brute_top(query, summaries[::5], 20)]  # d0, d5, ... as rows 0, 1, ...
+    assert set(brute[:5]) <= set(filtered) <= set(brute)  # the float ranking's best, int8 codes' ties at the 10th aside
 
 
 def test_merged_query_keeps_the_token_mass_and_bounds_late_interaction_from_below() -> None:
@@ -242,10 +240,6 @@ class _Spy(CentroidIndex):
         self.distinct_codes = distinct_codes
         return [self.label(self.name, query, i) for i in range(n)] + ["shared"]
 
-    def top_quick(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
-        self.record(f"{self.name} quick", query, n, None, None)
-        return [self.label(self.name, query, i) for i in range(n)] + ["shared"]
-
 
 @pytest.mark.parametrize("small", [True, False])
 def test_queries_with_fewer_tokens_keep_more_candidates(small: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -324,8 +318,8 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     found = search.candidates(short, 8, None)
     probes = min(two_stage.SHORT_MAX_PROBES, two_stage.SHORT_PROBE_BUDGET // 3)
     quick = two_stage.SHORT_SUMMARY_FACTOR * 8
-    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c quick": (quick, None)}  # the quick ranking
-    assert kept == {"t": two_stage.SHORT_PER_TOKEN, "c quick": None}
+    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c": (quick, None)}
+    assert kept == {"t": two_stage.SHORT_PER_TOKEN, "c": None}
     assert tokens.distinct_codes == two_stage.SHORT_DISTINCT_CODES  # a short query's scan is bounded
     assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(quick)]
     search.candidates(short, search.candidates_for(short), None)  # the automatic count, when larger, is kept
@@ -349,10 +343,10 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     assert asked == {"c": (50, None)}
     asked.clear()
     search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
-    assert asked == {"t": (5000, probes), "c quick": (quick, None)}
+    assert asked == {"t": (5000, probes), "c": (quick, None)}
     asked.clear()
     search.candidates(short, 300, None)  # an automatic count above the factor's (a large top_k) is kept
-    assert asked == {"t": (300, probes), "c quick": (quick, None)}
+    assert asked == {"t": (300, probes), "c": (quick, None)}
 
 
 def test_groups_of_near_identical_tokens_add_the_token_stages_candidates_for_their_means() -> None:
@@ -389,7 +383,7 @@ def test_groups_of_near_identical_tokens_add_the_token_stages_candidates_for_the
     calls.clear()
     short = np.zeros((3, DIM), dtype=np.float32)
     search.candidates(short, 8, None, heavy=heavy)  # a short query's token search covers its groups already
-    assert [c[0] for c in calls] == ["t", "c quick"] and calls[0][1] == 3
+    assert [c[0] for c in calls] == ["t", "c"] and calls[0][1] == 3
 
 
 def test_a_search_passes_its_queries_groups_of_near_identical_tokens(monkeypatch: pytest.MonkeyPatch) -> None:

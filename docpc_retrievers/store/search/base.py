@@ -34,11 +34,6 @@ class CandidateIndex(ABC):
     def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
         """Ids of the ``n`` documents likeliest to score highest for ``query [t, dim]``, within ``allowed``."""
 
-    def top_quick(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
-        """:meth:`top` for candidates that only complement another stage's: a backend may rank them more cheaply
-        (the short-query path takes most of its candidates from the token stage)."""
-        return self.top(query, n, allowed)
-
     def top_widened(
         self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int
     ) -> list[str]:

@@ -65,12 +65,6 @@ FULL_SCAN_MAX = 131_072
 cost recall on queries copied from one document (usual 1.000 -> 0.96, hard 0.98 -> 0.95, long 1.000 -> 0.98 on the
 benchmark's 100k store) and the full scan takes 49 ms (documents as the long side of the product), 20 ms more than
 coarse pass plus shortlist; at 1M the full scan would take 0.5 s, so larger indexes keep the coarse pass."""
-QUICK_FULL_SCAN_MAX = 32_768
-"""``FULL_SCAN_MAX`` of :meth:`CentroidIndex.top_quick`: over this many documents, the summaries' best 256 beside a
-short query's 1,024 token-stage candidates come through the coarse pass (4 centroids a document, then 4,096
-documents on all 16). On the benchmark's 100k store: 4.6 + 8.6 ms against 17.2 for all 16 centroids of every
-document, with the same share of the exact top 10 (short 0.996, short_copy 0.998; a shortlist of 2,048: 0.992);
-searched, short p50 103-108 -> 100-102 ms, short_copy 114-116 -> 112-113. At 10k the coarse pass saved nothing."""
 SHORTLIST_PER_CANDIDATE = 8
 """Coarse-pass documents kept per candidate asked for. On topic queries at 100k the coarse pass lost almost nothing
 (0.87 of the exact top 10 against 0.88 for every document's 16 centroids), on queries copied from a document it did
@@ -384,17 +378,11 @@ class CentroidIndex(CandidateIndex):
         """Ids of the ``n`` documents with the highest approximate MaxSim for ``query [t, dim]``."""
         return self.top_widened(query, n, allowed, rank=0, most=n)
 
-    def top_quick(self, query: np.ndarray, n: int, allowed: set[str] | None = None) -> list[str]:
-        """:meth:`top` with the coarse pass from ``QUICK_FULL_SCAN_MAX`` documents instead of ``FULL_SCAN_MAX``."""
-        return self.top_widened(query, n, allowed, rank=0, most=n, full_scan_max=QUICK_FULL_SCAN_MAX)
-
     def top_widened(
-        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int,
-        full_scan_max: int | None = None,
+        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int
     ) -> list[str]:
         """The best ``n``, or up to ``most`` when more lie within :func:`near_tie_margin` of the ``rank``-th best
-        estimate (``rank`` 0: exactly ``n``); over ``full_scan_max`` documents (None: ``FULL_SCAN_MAX``), a coarse pass
-        shortlists first."""
+        estimate (``rank`` 0: exactly ``n``); over ``FULL_SCAN_MAX`` documents, a coarse pass shortlists first."""
         self._consolidate()
         if n <= 0 or not self._slot:
             return []
@@ -410,8 +398,7 @@ class CentroidIndex(CandidateIndex):
         q = np.asarray(query, dtype=np.float32)
         every = rows.size == live.size
         shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_CANDIDATE * n)
-        full = FULL_SCAN_MAX if full_scan_max is None else full_scan_max
-        if self.coarse_width < self.n_centroids and rows.size > max(2 * shortlist, full):
+        if self.coarse_width < self.n_centroids and rows.size > max(2 * shortlist, FULL_SCAN_MAX):
             approx = self._score(merged_query(q, COARSE_QUERY_ROWS), "coarse", None if every else rows)
             rows = np.sort(rows[np.argpartition(-approx, shortlist - 1)[:shortlist]])
             every = False

@@ -108,10 +108,14 @@ summaries' share doubled (``SHORT_SUMMARY_FACTOR``), which finds what the fewer 
 7M + 512, alternating: short 95-100 / 88-91 / 94-95 ms at 0.996 throughout, short_copy 95-100 / 86-87 / 93-94 at
 0.996 / 0.994 / 0.994, held-back short 102 / 93 at 1.000 (docs/store.md)."""
 SHORT_SUMMARY_FACTOR = 2
-"""A short query takes the summaries' best this many times ``n_candidates`` beside the token stage's. Share of the
-exact top 10 in the candidates at 6M codes (100k store, token stage's best 1,024 beside the summaries' 256 / 512 /
-768): short 0.996 throughout, short_copy 0.990 / 0.994 / 0.996, held-back short 1.000 throughout; 768 costs what
-the codes saved (a larger shortlist in the coarse pass, 256 more rows to score)."""
+"""A short query takes the summaries' best this many times ``n_candidates`` beside the token stage's, ranked on all 16
+centroids of every document up to ``centroids.FULL_SCAN_MAX`` (the coarse pass first above it). Share of the exact top
+10 in the candidates at 6M codes (100k store, token stage's best 1,024 beside the summaries' 256 / 512 / 768 through
+the coarse pass): short 0.996 throughout, short_copy 0.990 / 0.994 / 0.996, held-back short 1.000 throughout. Fresh
+short sets drawn with unused seeds then showed the coarse pass losing queries that mix a few of a document's rows
+with tokens about a popular topic (0.980 through it at 512, 0.996 on all 16 centroids), and at 512 the full scan,
+after the token stage's, took no longer than the coarse pass and its 4,096-document shortlist (15.8 against 16.2
+ms): since 2026-11-26 (next session) the full scan, at the same p50 (docs/store.md)."""
 SHORT_PER_TOKEN = 12288
 """Nearest vectors a short query keeps per token (4,096 otherwise: tokens.PER_TOKEN). The scan costs the same; the
 documents whose best vector for a token ranked past 4,096 now count it instead of a floor. At 100k, short queries in
@@ -234,8 +238,8 @@ class TwoStageSearch:
             probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
             found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
                                probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
-            quick = self.first_stage.top_quick(q, SHORT_SUMMARY_FACTOR * self.n_candidates, allowed)
-            return list(dict.fromkeys([*found, *quick]))
+            best = self.first_stage.top(q, SHORT_SUMMARY_FACTOR * self.n_candidates, allowed)
+            return list(dict.fromkeys([*found, *best]))
         found: list[str] = []
         if q.shape[0] <= MIXED_MAX_TOKENS:
             found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
