@@ -609,6 +609,8 @@ def main() -> None:
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    if args.workdir:  # a folder that does not exist yet is made, not a traceback
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     if args.reader:
         reader(args)
         return
