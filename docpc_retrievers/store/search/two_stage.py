@@ -103,7 +103,7 @@ their lists, and tokens copied from a document's rows a quarter: those read half
 summaries' candidates find what fewer lists miss. Alternating on one reader (p50 ms, recall@10), no cap / 9M /
 8M / 7M: short 96-104 / 97-99 / 95-103 / 92-96 at 0.996 throughout; short_copy 107-114 / 101-103 / 94-101 / 90-91
 at 0.998 / 0.998 / 0.996 / 0.992; the held-back corpus's short set (filler tokens in lists up to 12x the mean)
-103-118 / 102-109 / 101-108 / 100 at 1.000, its p90 126-152 -> 110-119. 6M since 2026-11-26 (night), with the
+103-118 / 102-109 / 101-108 / 100 at 1.000, its p90 126-152 -> 110-119. 6M since 2026-11-26 (next session), with the
 summaries' share doubled (``SHORT_SUMMARY_FACTOR``), which finds what the fewer lists miss: 8M + 256 / 6M + 512 /
 7M + 512, alternating: short 95-100 / 88-91 / 94-95 ms at 0.996 throughout, short_copy 95-100 / 86-87 / 93-94 at
 0.996 / 0.994 / 0.994, held-back short 102 / 93 at 1.000 (docs/store.md)."""
