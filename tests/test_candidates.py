@@ -317,11 +317,11 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     short = np.zeros((3, DIM), dtype=np.float32)
     found = search.candidates(short, 8, None)
     probes = min(two_stage.SHORT_MAX_PROBES, two_stage.SHORT_PROBE_BUDGET // 3)
-    quick = two_stage.SHORT_SUMMARY_FACTOR * 8
-    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c": (quick, None)}
+    summaries = two_stage.SHORT_SUMMARY_FACTOR * 8  # the summaries' share of a short query
+    assert asked == {"t": (two_stage.SHORT_QUERY_FACTOR * 8, probes), "c": (summaries, None)}
     assert kept == {"t": two_stage.SHORT_PER_TOKEN, "c": None}
     assert tokens.distinct_codes == two_stage.SHORT_DISTINCT_CODES  # a short query's scan is bounded
-    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(quick)]
+    assert found == [f"t{i}" for i in range(two_stage.SHORT_QUERY_FACTOR * 8)] + ["shared"] + [f"c{i}" for i in range(summaries)]
     search.candidates(short, search.candidates_for(short), None)  # the automatic count, when larger, is kept
     assert asked["t"] == (max(search.candidates_for(short), two_stage.SHORT_QUERY_FACTOR * 8), probes)
     seven = np.zeros((two_stage.TOKEN_STAGE_MAX_TOKENS, DIM), dtype=np.float32)
@@ -343,10 +343,10 @@ def test_short_mixed_and_long_queries_take_their_candidates_from_their_stages() 
     assert asked == {"c": (50, None)}
     asked.clear()
     search.candidates(short, 5000, None, explicit=True)  # a count the caller asked for is not capped
-    assert asked == {"t": (5000, probes), "c": (quick, None)}
+    assert asked == {"t": (5000, probes), "c": (summaries, None)}
     asked.clear()
     search.candidates(short, 300, None)  # an automatic count above the factor's (a large top_k) is kept
-    assert asked == {"t": (300, probes), "c": (quick, None)}
+    assert asked == {"t": (300, probes), "c": (summaries, None)}
 
 
 def test_groups_of_near_identical_tokens_add_the_token_stages_candidates_for_their_means() -> None:
