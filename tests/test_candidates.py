@@ -395,7 +395,8 @@ def test_a_search_passes_its_queries_groups_of_near_identical_tokens(monkeypatch
     ids = [f"d{i}" for i in range(30)]
     search = TwoStageSearch(index, None, n_candidates=4)  # type: ignore[arg-type]
     seen: list[np.ndarray | None] = []
-    monkeypatch.setattr(search, "candidates", lambda q, n, allowed, **kw: seen.append(kw["heavy"]) or [])
+    monkeypatch.setattr(search, "planned", lambda q, n, allowed, **kw: seen.append(kw["heavy"]) or
+                        two_stage._Candidates([], {}, 0, []))
     rng = np.random.default_rng(3)
     distinct = rng.standard_normal((5, DIM)).astype(np.float32)
     distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)
@@ -456,6 +457,7 @@ def test_automatic_counts_widen_the_summaries_candidates_and_explicit_ones_do_no
     from docpc_retrievers.store.search import two_stage
 
     asked: list[tuple[str, int, int | None, int | None]] = []
+    reserves: list[int] = []
 
     class Spy(CentroidIndex):
         def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, probes: int | None = None) -> list[str]:
@@ -465,6 +467,12 @@ def test_automatic_counts_widen_the_summaries_candidates_and_explicit_ones_do_no
         def top_widened(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int) -> list[str]:
             asked.append(("widened", n, rank, most))
             return [f"x{i}" for i in range(n)]
+
+        def top_ranked(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int,
+                       reserve: int) -> tuple[list[str], list[str]]:
+            asked.append(("ranked", n, rank, most))
+            reserves.append(reserve)
+            return [f"x{i}" for i in range(n)], []
 
     search = TwoStageSearch(Spy(16, DIM), None, n_candidates=8)  # type: ignore[arg-type]
     long_query = np.zeros((two_stage.MIXED_MAX_TOKENS + 1, DIM), dtype=np.float32)
@@ -476,5 +484,96 @@ def test_automatic_counts_widen_the_summaries_candidates_and_explicit_ones_do_no
     tokens = Spy(16, DIM)
     mixed = TwoStageSearch(Spy(16, DIM), None, n_candidates=8, token_stage=lambda: tokens)  # type: ignore[arg-type]
     mixed.candidates(np.zeros((two_stage.MIXED_MAX_TOKENS, DIM), dtype=np.float32), 40, None, top_k=3)
-    # The token stage's 20 (never widened), the summaries' other 20 widened within the rest of the cap.
-    assert asked == [("top", 20, None, None), ("widened", 20, 3, two_stage.NEAR_TIE_FACTOR * 8 - 20)]
+    # The token stage's 20 (never widened), the summaries' other 20 widened within the rest of the cap, ranked with
+    # a reserve for a follow-up round.
+    assert asked == [("top", 20, None, None), ("ranked", 20, 3, two_stage.NEAR_TIE_FACTOR * 8 - 20)]
+    assert reserves == [min(int(two_stage.FOLLOW_UP_FACTOR * 20), two_stage.FOLLOW_UP_MOST * 8)]
+
+
+def test_ranked_summaries_come_best_first_with_the_next_best_as_a_reserve() -> None:
+    """top_ranked: top_widened's documents best first by their 16-centroid estimate, then the next ``reserve``
+    best, also under a filter (only allowed documents)."""
+    index, _ = _index(400)
+    query = _unit(np.random.default_rng(11).standard_normal((9, DIM)))
+    best, reserve = index.top_ranked(query, 20, rank=0, most=20, reserve=30)
+    estimate = dict(zip(index._ids, index._score(query, "fine", None).tolist()))  # the index's own (int8 or bf16)
+    order = sorted(estimate, key=lambda d: -estimate[d])
+
+    def check(best: list[str], reserve: list[str], kept: list[str], n: int, more: int) -> None:
+        scores = [estimate[d] for d in best + reserve]
+        assert scores == sorted(scores, reverse=True)  # best first, the reserve after
+        assert len(best) == n and len(reserve) == min(more, len(kept) - n)
+        assert set(best + reserve) == set(kept[: n + more]) or scores[-1] == estimate[kept[n + more - 1]]  # ties
+
+    check(best, reserve, order, 20, 30)
+    assert set(best) == set(index.top_widened(query, 20, rank=0, most=20))
+    allowed = {f"d{i}" for i in range(0, 400, 3)}
+    best, reserve = index.top_ranked(query, 10, allowed, rank=0, most=10, reserve=500)
+    check(best, reserve, [d for d in order if d in allowed], 10, 500)  # a reserve past the allowed stops at them
+    assert set(best + reserve) == allowed
+    assert index.top_ranked(query, 0, rank=0, most=0, reserve=5) == ([], [])
+
+
+class _Rows:
+    """Exact scoring's source over planted int8 rows: document ``d`` scores ``8 x strength[d]`` for a query of the
+    unit vectors e0..e7 (its row i is ``s e_i + sqrt(1 - s^2) e_(8+i)``)."""
+
+    def __init__(self, strength: dict[str, float]) -> None:
+        eye = np.eye(DIM, dtype=np.float32)
+        self.docs = {d: np.rint(127 * np.stack([s * eye[i] + np.sqrt(1 - s * s) * eye[8 + i] for i in range(8)]))
+                     .astype(np.int8) for d, s in strength.items()}
+        self.read: list[str] = []
+
+    def rows(self, ids: list[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+        self.read.extend(ids)
+        kept = [d for d in ids if d in self.docs]
+        rows = np.concatenate([self.docs[d] for d in kept]) if kept else np.zeros((0, DIM), np.int8)
+        return kept, [8] * len(kept), rows, np.full(len(rows), 1 / 127, dtype="<f2")
+
+    def parts(self, doc_id: str) -> None:
+        return None
+
+
+@pytest.mark.parametrize("deep", [True, False])
+def test_a_mixed_query_whose_best_reach_deep_into_the_summaries_scores_their_reserve(
+    deep: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When one of the exact best came from the summaries' ranks past FOLLOW_UP_DEPTH of their count, the reserve
+    is scored too and its best document wins; when the best stayed near the summaries' top, the reserve is never
+    read (and its better document stays unfound: the rule trades that for time)."""
+    from docpc_retrievers.store.search import two_stage
+
+    monkeypatch.setattr(two_stage, "SHORTLIST_EXACT", 4)  # the approximate pass runs on these few candidates
+    tokens = [f"t{i}" for i in range(10)]
+    summaries = [f"a{i}" for i in range(10)]
+    reserve = [f"r{i}" for i in range(15)]
+    strength = {d: 0.3 for d in tokens} | {d: 0.5 - 0.01 * i for i, d in enumerate(summaries)}
+    strength |= {d: 0.2 for d in reserve} | {f"z{i}": 0.1 for i in range(20)}
+    strength["a7"] = 0.9 if deep else 0.45  # rank 7 of 10 among the summaries: past half of them
+    strength["r3"] = 0.95  # the best document of all, in the reserve
+
+    class Ranked(CentroidIndex):
+        def top_ranked(self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int,
+                       reserve: int) -> tuple[list[str], list[str]]:
+            asked.append((n, reserve))
+            return summaries[:n], reserves[:reserve]
+
+    class Tokens:
+        def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, **_: object) -> list[str]:
+            return tokens[:n]
+
+    asked: list[tuple[int, int]] = []
+    reserves = reserve
+    source = _Rows(strength)
+    search = TwoStageSearch(Ranked(16, DIM), source, n_candidates=8, token_stage=Tokens)  # type: ignore[arg-type]
+    query = np.eye(DIM, dtype=np.float32)[:8]
+    hits = search._ranked(query, list(strength), None, 3, 20, False, "max", distinct=two_stage.distinct_tokens(query))
+    assert asked == [(10, min(int(two_stage.FOLLOW_UP_FACTOR * 10), two_stage.FOLLOW_UP_MOST * 8))]
+    found = [d for d, _, _ in hits]
+    if deep:
+        assert found == ["r3", "a7", "a0"]
+        assert set(reserve) <= set(source.read)
+        assert hits[0][1] == pytest.approx(8 * 0.95, abs=0.05)
+    else:
+        assert found == ["a0", "a1", "a2"]
+        assert not set(reserve) & set(source.read)

@@ -383,9 +383,36 @@ class CentroidIndex(CandidateIndex):
     ) -> list[str]:
         """The best ``n``, or up to ``most`` when more lie within :func:`near_tie_margin` of the ``rank``-th best
         estimate (``rank`` 0: exactly ``n``); over ``FULL_SCAN_MAX`` documents, a coarse pass shortlists first."""
+        found = self._estimates(query, n, allowed)
+        if found is None:
+            return []
+        rows, approx = found
+        n = self._widened(query, approx, n, rank, most)
+        best = np.argpartition(-approx, n - 1)[:n] if n < rows.size else np.arange(rows.size)
+        return [self._ids[rows[i]] for i in best]
+
+    def top_ranked(
+        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int, reserve: int
+    ) -> tuple[list[str], list[str]]:
+        """:meth:`top_widened`'s ids best first, and the next ``reserve`` best first (from the same estimates; over
+        ``FULL_SCAN_MAX`` documents, from the coarse pass's shortlist for ``n``, which is 8x ``n``)."""
+        found = self._estimates(query, n, allowed)
+        if found is None:
+            return [], []
+        rows, approx = found
+        n = self._widened(query, approx, n, rank, most)
+        k = min(rows.size, n + max(0, reserve))
+        best = np.argpartition(-approx, k - 1)[:k] if k < rows.size else np.arange(rows.size)
+        best = best[np.argsort(-approx[best], kind="stable")]
+        ids = [self._ids[rows[i]] for i in best]
+        return ids[:n], ids[n:]
+
+    def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The live slots within ``allowed`` worth estimating for a best ``n`` (all, or the coarse pass's shortlist
+        over ``FULL_SCAN_MAX``) and their 16-centroid estimates; None when there are none."""
         self._consolidate()
         if n <= 0 or not self._slot:
-            return []
+            return None
         live = self._live.copy()
         if allowed is not None:
             mask = np.zeros_like(live)
@@ -394,7 +421,7 @@ class CentroidIndex(CandidateIndex):
             live &= mask
         rows = np.flatnonzero(live)
         if rows.size == 0:
-            return []
+            return None
         q = np.asarray(query, dtype=np.float32)
         every = rows.size == live.size
         shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_CANDIDATE * n)
@@ -402,12 +429,15 @@ class CentroidIndex(CandidateIndex):
             approx = self._score(merged_query(q, COARSE_QUERY_ROWS), "coarse", None if every else rows)
             rows = np.sort(rows[np.argpartition(-approx, shortlist - 1)[:shortlist]])
             every = False
-        approx = self._score(q, "fine", None if every else rows)
+        return rows, self._score(q, "fine", None if every else rows)
+
+    @staticmethod
+    def _widened(query: np.ndarray, approx: np.ndarray, n: int, rank: int, most: int) -> int:
+        """``n``, or up to ``most`` to keep the near-ties of the ``rank``-th best estimate (0: ``n``)."""
         if 0 < rank <= approx.size and most > n:
             kth = float(np.partition(approx, approx.size - rank)[approx.size - rank])
-            n = max(n, min(most, int(np.count_nonzero(approx >= kth - near_tie_margin(q)))))
-        best = np.argpartition(-approx, n - 1)[:n] if n < rows.size else np.arange(rows.size)
-        return [self._ids[rows[i]] for i in best]
+            n = max(n, min(most, int(np.count_nonzero(approx >= kth - near_tie_margin(query)))))
+        return n
 
 
 _SNAPSHOT_VERSION = 2

@@ -13,7 +13,8 @@ group, the approximate pass each group once scaled by its size, the exact pass e
 approximately (the query rounded to int8 per token and multiplied with the
 int8 rows natively, or in bfloat16 where that is faster, in blocks on a few threads: exact.py), the best
 ``SHORTLIST_EXACT`` again in float32: those exact scores are what a search
-returns. On the skewed benchmark at 10,000 documents, 20-30-token queries
+returns. A mixed query whose best came from deep in the summaries' ranking scores their next best too
+(``FOLLOW_UP_DEPTH``). On the skewed benchmark at 10,000 documents, 20-30-token queries
 about popular topics needed 768 candidates to hold 0.99 of the exact top 10
 (256 held 0.96); the approximate pass makes that many affordable.
 """
@@ -21,7 +22,7 @@ about popular topics needed 768 candidates to hold 0.99 of the exact top 10
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -133,6 +134,16 @@ from 0.978 to 0.988 (256) and 0.994 (512); searched, padded recall@10 0.978 -> 0
 (alternating; usual and hard, which have no groups, unchanged). The held-back generator's pad set kept 0.995 at p50
 66-81 -> 90-95 ms (docs/store.md)."""
 HEAVY_GROUP_PROBES = 64
+FOLLOW_UP_DEPTH = 0.5
+"""A mixed query (``MIXED_MAX_TOKENS``, no groups) whose exact best ``top_k`` include one of the summaries'
+candidates ranked past this share of their count (one the token stage did not find) scores the summaries' next
+``FOLLOW_UP_FACTOR`` x that count too (at most ``FOLLOW_UP_MOST`` x ``n_candidates``): where the best reach that
+deep, more lie past the cut. The misses of 8-16-token sets on the benchmark's 100k store were near-ties the
+summaries ranked 2,412-20,084. The rule fires on 1-4 of 50 such queries per set; recall@10 c8 0.986 -> 0.992, hard
+0.990 -> 1.000, m16 0.992 -> 0.998, at p50 within the noise (alternating; a query it fires on takes 125-165 ms), and
+sets drawn afterwards to check it (fm_*) 0.996-1.000 -> 0.998-1.000 (docs/store.md)."""
+FOLLOW_UP_FACTOR = 1.5
+FOLLOW_UP_MOST = 16
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
@@ -141,6 +152,17 @@ _RETRIES = 4
 
 Hit = tuple[str, float, dict[str, Any], tuple[float, ...]]
 """A result: document id, exact score, public metadata, part scores."""
+
+
+class _Candidates(NamedTuple):
+    """A query's candidates, and what a follow-up round needs: the summaries' candidates that the token stage did
+    not find, by their rank among the summaries' ``depth``, and the summaries' next best (``reserve``)."""
+
+    ids: list[str]
+    ranks: dict[str, int]
+    depth: int
+    reserve: list[str]
+
 
 def check_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     """Queries as float32 ``[n_tokens, dim]`` matrices; ValueError for an empty or misshapen one."""
@@ -212,6 +234,13 @@ class TwoStageSearch:
         self, q: np.ndarray, n: int, allowed: set[str] | None, *, explicit: bool = False, top_k: int = 0,
         heavy: np.ndarray | None = None,
     ) -> list[str]:
+        """The ids :meth:`planned` gives."""
+        return self.planned(q, n, allowed, explicit=explicit, top_k=top_k, heavy=heavy).ids
+
+    def planned(
+        self, q: np.ndarray, n: int, allowed: set[str] | None, *, explicit: bool = False, top_k: int = 0,
+        heavy: np.ndarray | None = None,
+    ) -> _Candidates:
         """The first stage's ``n`` candidates; a short query takes the token-level stage's instead, beside the
         summaries' best ``SHORT_SUMMARY_FACTOR`` x ``n_candidates``, and a mixed one (``MIXED_MAX_TOKENS``) some of each (when there is a token
         stage). ``explicit``: ``n`` was asked for by the caller, so a short query takes ``n`` from the token stage
@@ -219,19 +248,23 @@ class TwoStageSearch:
         summaries are not widened. ``top_k``: widen the summaries' candidates to the near-ties of their
         ``top_k``-th best (``NEAR_TIE_FACTOR``; 0: never). ``heavy``: the means ``[g, dim]`` of the query's groups of
         near-identical tokens; a query longer than short adds the token stage's best ``HEAVY_GROUP_CANDIDATES`` for
-        them (unless ``explicit``)."""
+        them (unless ``explicit``). A mixed query without groups, given ``top_k`` and not ``explicit``, also keeps
+        the summaries' ranks and their next best for a follow-up round (``FOLLOW_UP_DEPTH``)."""
         def summaries(count: int) -> list[str]:
             if explicit or top_k <= 0:
                 return self.first_stage.top(q, count, allowed)
             most = max(count, NEAR_TIE_FACTOR * self.n_candidates - (n - count))
             return self.first_stage.top_widened(q, count, allowed, rank=top_k, most=most)
 
+        def plain(ids: list[str]) -> _Candidates:
+            return _Candidates(ids, {}, 0, [])
+
         short = q.shape[0] <= TOKEN_STAGE_MAX_TOKENS
         grouped = heavy is not None and len(heavy) > 0 and not short and not explicit
         wanted = q.shape[0] <= MIXED_MAX_TOKENS or grouped
         tokens = self.token_stage() if self.token_stage is not None and wanted else None
         if tokens is None:
-            return summaries(n)
+            return plain(summaries(n))
         if short:
             # A short query: the token stage ranks queries about a topic well and summaries poorly; queries copied
             # from a document's rows the other way round (docs/store.md, "Short queries built another way").
@@ -239,7 +272,7 @@ class TwoStageSearch:
             found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
                                probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
             best = self.first_stage.top(q, SHORT_SUMMARY_FACTOR * self.n_candidates, allowed)
-            return list(dict.fromkeys([*found, *best]))
+            return plain(list(dict.fromkeys([*found, *best])))
         found: list[str] = []
         if q.shape[0] <= MIXED_MAX_TOKENS:
             found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
@@ -247,7 +280,15 @@ class TwoStageSearch:
         if grouped:
             by_group = tokens.top(np.asarray(heavy, dtype=np.float32), HEAVY_GROUP_CANDIDATES, allowed,
                                   probes=HEAVY_GROUP_PROBES, per_token=SHORT_PER_TOKEN)
-        return list(dict.fromkeys([*found, *summaries(n - len(found)), *by_group]))
+        count = n - len(found)
+        if grouped or explicit or top_k <= 0 or q.shape[0] > MIXED_MAX_TOKENS:
+            return plain(list(dict.fromkeys([*found, *summaries(count), *by_group])))
+        most = max(count, NEAR_TIE_FACTOR * self.n_candidates - len(found))
+        reserve = min(int(FOLLOW_UP_FACTOR * count), FOLLOW_UP_MOST * self.n_candidates)
+        best, more = self.first_stage.top_ranked(q, count, allowed, rank=top_k, most=most, reserve=reserve)
+        by_tokens = set(found)
+        ranks = {d: i for i, d in enumerate(best) if d not in by_tokens}
+        return _Candidates(list(dict.fromkeys([*found, *best])), ranks, len(best), more)
 
     def _ranked(
         self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
@@ -258,8 +299,22 @@ class TwoStageSearch:
         ``distinct``: the query's near-identical tokens grouped (query_tokens.py): the first stage sees each group
         once, the approximate pass once scaled by its size; the exact pass scores every token."""
         small = exhaustive or len(pool) <= n_cand
-        cand = pool if small else self.candidates(distinct.means, n_cand, allowed, explicit=explicit, top_k=top_k,
-                                                  heavy=distinct.repeated())
+        plan = _Candidates(list(pool), {}, 0, []) if small else self.planned(
+            distinct.means, n_cand, allowed, explicit=explicit, top_k=top_k, heavy=distinct.repeated())
+        best = self._scored(q, plan.ids, top_k, exhaustive, aggregate, distinct=distinct)
+        if plan.reserve and any(plan.ranks.get(d, -1) >= FOLLOW_UP_DEPTH * plan.depth for _, d, _ in best):
+            seen = set(plan.ids)  # the best reached deep into the summaries: score their next best too
+            more = self._scored(q, [d for d in plan.reserve if d not in seen], top_k, False, aggregate,
+                                distinct=distinct)
+            best = sorted([*best, *more], key=lambda x: (-x[0], x[1]))[:top_k]
+        return [(d, s, p) for s, d, p in best]
+
+    def _scored(
+        self, q: np.ndarray, cand: list[str], top_k: int, exhaustive: bool, aggregate: str, *,
+        distinct: DistinctTokens,
+    ) -> list[tuple[float, str, tuple[float, ...]]]:
+        """The exact best ``top_k`` of ``cand`` as (score, id, part scores), best first; unless ``exhaustive``, an
+        approximate pass first keeps the ``SHORTLIST_EXACT`` that the exact pass scores."""
         keep = max(SHORTLIST_EXACT, 4 * top_k)
         if not exhaustive and len(cand) > keep:  # an approximate pass picks the few the exact pass scores
             fast = approximate_scores(distinct.weighted(), cand, self.source, aggregate)
@@ -272,4 +327,4 @@ class TwoStageSearch:
                 (float(s), d, tuple(float(v) for v in p)) for s, d, p in zip(scores.tolist(), chunk, per_part) if s > -np.inf
             )
             best = sorted(best, key=lambda x: (-x[0], x[1]))[:top_k]
-        return [(d, s, p) for s, d, p in best]
+        return best
