@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -492,25 +492,31 @@ def test_automatic_counts_widen_the_summaries_candidates_and_explicit_ones_do_no
 
 def test_ranked_summaries_come_best_first_with_the_next_best_as_a_reserve() -> None:
     """top_ranked: top_widened's documents best first by their 16-centroid estimate, then the next ``reserve``
-    best, also under a filter (only allowed documents)."""
+    best (in any order), also under a filter (only allowed documents)."""
     index, _ = _index(400)
     query = _unit(np.random.default_rng(11).standard_normal((9, DIM)))
     best, reserve = index.top_ranked(query, 20, rank=0, most=20, reserve=30)
     estimate = dict(zip(index._ids, index._score(query, "fine", None).tolist()))  # the index's own (int8 or bf16)
     order = sorted(estimate, key=lambda d: -estimate[d])
 
-    def check(best: list[str], reserve: list[str], kept: list[str], n: int, more: int) -> None:
-        scores = [estimate[d] for d in best + reserve]
-        assert scores == sorted(scores, reverse=True)  # best first, the reserve after
-        assert len(best) == n and len(reserve) == min(more, len(kept) - n)
-        assert set(best + reserve) == set(kept[: n + more]) or scores[-1] == estimate[kept[n + more - 1]]  # ties
+    def check(best: list[str], reserve: Sequence[str], kept: list[str], n: int, more: int) -> None:
+        scores = [estimate[d] for d in best]
+        assert scores == sorted(scores, reverse=True) and len(best) == n  # best first
+        assert len(reserve) == len(list(reserve)) == min(more, len(kept) - n)
+        assert not set(best) & set(reserve)
+        assert min(scores) >= max(estimate[d] for d in reserve)  # the reserve comes after the best
+        cut = estimate[kept[n + len(reserve) - 1]]
+        assert set(best) | set(reserve) >= {d for d in kept if estimate[d] > cut}  # and nothing better was skipped
+        assert list(reserve[:3]) == list(reserve)[:3] and reserve[-1] == list(reserve)[-1]
 
     check(best, reserve, order, 20, 30)
     assert set(best) == set(index.top_widened(query, 20, rank=0, most=20))
     allowed = {f"d{i}" for i in range(0, 400, 3)}
     best, reserve = index.top_ranked(query, 10, allowed, rank=0, most=10, reserve=500)
     check(best, reserve, [d for d in order if d in allowed], 10, 500)  # a reserve past the allowed stops at them
-    assert set(best + reserve) == allowed
+    assert set(best) | set(reserve) == allowed
+    best, reserve = index.top_ranked(query, 400, rank=0, most=400, reserve=10)  # every document: no reserve left
+    assert len(best) == 400 and len(reserve) == 0
     assert index.top_ranked(query, 0, rank=0, most=0, reserve=5) == ([], [])
 
 

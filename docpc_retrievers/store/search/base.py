@@ -44,8 +44,8 @@ class CandidateIndex(ABC):
 
     def top_ranked(
         self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int, reserve: int
-    ) -> tuple[list[str], list[str]]:
-        """:meth:`top_widened`'s ids best first, and the next ``reserve`` ids best first: the candidates of a
+    ) -> tuple[list[str], Sequence[str]]:
+        """:meth:`top_widened`'s ids best first, and the next ``reserve`` ids (in any order): the candidates of a
         follow-up round, for a search whose best reached deep into the first. A backend that cannot rank its
         answer returns :meth:`top_widened`'s ids and no reserve (no follow-up)."""
         return self.top_widened(query, n, allowed, rank=rank, most=most), []

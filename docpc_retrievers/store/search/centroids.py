@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -393,19 +393,20 @@ class CentroidIndex(CandidateIndex):
 
     def top_ranked(
         self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int, reserve: int
-    ) -> tuple[list[str], list[str]]:
-        """:meth:`top_widened`'s ids best first, and the next ``reserve`` best first (from the same estimates; over
-        ``FULL_SCAN_MAX`` documents, from the coarse pass's shortlist for ``n``, which is 8x ``n``)."""
+    ) -> tuple[list[str], Sequence[str]]:
+        """:meth:`top_widened`'s ids best first, and the next ``reserve`` best in no particular order, their ids
+        made only when read (a search reads them for a few queries only); both from the same estimates (over
+        ``FULL_SCAN_MAX`` documents, the coarse pass's shortlist for ``n``, which is 8x ``n``)."""
         found = self._estimates(query, n, allowed)
         if found is None:
             return [], []
         rows, approx = found
-        n = self._widened(query, approx, n, rank, most)
+        n = min(self._widened(query, approx, n, rank, most), rows.size)
         k = min(rows.size, n + max(0, reserve))
-        best = np.argpartition(-approx, k - 1)[:k] if k < rows.size else np.arange(rows.size)
-        best = best[np.argsort(-approx[best], kind="stable")]
-        ids = [self._ids[rows[i]] for i in best]
-        return ids[:n], ids[n:]
+        kth = sorted({i for i in (n - 1, k - 1) if i < rows.size - 1})
+        order = np.argpartition(-approx, kth) if kth else np.arange(rows.size)
+        best = order[:n][np.argsort(-approx[order[:n]], kind="stable")]
+        return [self._ids[rows[i]] for i in best], _IdsAt(self._ids, rows[order[n:k]])
 
     def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
         """The live slots within ``allowed`` worth estimating for a best ``n`` (all, or the coarse pass's shortlist
@@ -438,6 +439,29 @@ class CentroidIndex(CandidateIndex):
             kth = float(np.partition(approx, approx.size - rank)[approx.size - rank])
             n = max(n, min(most, int(np.count_nonzero(approx >= kth - near_tie_margin(query)))))
         return n
+
+
+class _IdsAt(Sequence[str]):
+    """The ids of some slots, each made when read."""
+
+    def __init__(self, ids: list[str], slots: np.ndarray) -> None:
+        self._ids, self._slots = ids, slots
+
+    def __len__(self) -> int:
+        return int(self._slots.size)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self._ids[s] for s in self._slots[i].tolist()]
+        return self._ids[int(self._slots[i])]
+
+    def __iter__(self) -> Iterator[str]:
+        ids = self._ids
+        return (ids[s] for s in self._slots.tolist())
 
 
 _SNAPSHOT_VERSION = 2

@@ -161,7 +161,7 @@ class _Candidates(NamedTuple):
     ids: list[str]
     ranks: dict[str, int]
     depth: int
-    reserve: list[str]
+    reserve: Sequence[str]
 
 
 def check_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
