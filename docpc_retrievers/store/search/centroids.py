@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
@@ -403,10 +403,19 @@ class CentroidIndex(CandidateIndex):
         rows, approx = found
         n = min(self._widened(query, approx, n, rank, most), rows.size)
         k = min(rows.size, n + max(0, reserve))
-        kth = sorted({i for i in (n - 1, k - 1) if i < rows.size - 1})
-        order = np.argpartition(-approx, kth) if kth else np.arange(rows.size)
+        order = np.argpartition(-approx, n - 1) if n < rows.size else np.arange(rows.size)
         best = order[:n][np.argsort(-approx[order[:n]], kind="stable")]
-        return [self._ids[rows[i]] for i in best], _IdsAt(self._ids, rows[order[n:k]])
+
+        def rest() -> np.ndarray:  # the next k - n: the best k less the best n, ties cut to size
+            top = np.argpartition(-approx, k - 1)[:k] if k < rows.size else np.arange(rows.size)
+            taken = np.zeros(rows.size, dtype=bool)
+            taken[best] = True
+            more = top[~taken[top]]
+            if more.size > k - n:
+                more = more[np.argpartition(-approx[more], k - n - 1)[: k - n]]
+            return rows[more]
+
+        return [self._ids[rows[i]] for i in best], _IdsAt(self._ids, rest, k - n)
 
     def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
         """The live slots within ``allowed`` worth estimating for a best ``n`` (all, or the coarse pass's shortlist
@@ -442,13 +451,19 @@ class CentroidIndex(CandidateIndex):
 
 
 class _IdsAt(Sequence[str]):
-    """The ids of some slots, each made when read."""
+    """The ids of ``size`` slots that ``slots()`` finds when first read (never, for most searches)."""
 
-    def __init__(self, ids: list[str], slots: np.ndarray) -> None:
-        self._ids, self._slots = ids, slots
+    def __init__(self, ids: list[str], slots: Callable[[], np.ndarray], size: int) -> None:
+        self._ids, self._find, self._size = ids, slots, size
+        self._slots: np.ndarray | None = None
+
+    def _found(self) -> np.ndarray:
+        if self._slots is None:
+            self._slots = self._find()
+        return self._slots
 
     def __len__(self) -> int:
-        return int(self._slots.size)
+        return self._size
 
     @overload
     def __getitem__(self, i: int) -> str: ...
@@ -456,12 +471,12 @@ class _IdsAt(Sequence[str]):
     def __getitem__(self, i: slice) -> list[str]: ...
     def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
-            return [self._ids[s] for s in self._slots[i].tolist()]
-        return self._ids[int(self._slots[i])]
+            return [self._ids[s] for s in self._found()[i].tolist()]
+        return self._ids[int(self._found()[i])]
 
     def __iter__(self) -> Iterator[str]:
         ids = self._ids
-        return (ids[s] for s in self._slots.tolist())
+        return (ids[s] for s in self._found().tolist())
 
 
 _SNAPSHOT_VERSION = 2
