@@ -10,13 +10,13 @@ into a folder of the local cache and open from it again, so a second engine
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 
-__all__ = ["CandidateIndex", "VectorSource"]
+__all__ = ["CandidateIndex", "LazyIds", "VectorSource"]
 
 
 class CandidateIndex(ABC):
@@ -82,3 +82,33 @@ class VectorSource(Protocol):
 
     def parts(self, doc_id: str) -> tuple[int, ...] | None:
         """Row counts of a multi-part record (page mode), else None."""
+
+
+class LazyIds(Sequence[str]):
+    """The ids ``ids[s]`` of ``size`` slots that ``slots()`` finds when first read: a reserve that most searches
+    never read (:meth:`CandidateIndex.top_ranked`) costs them nothing."""
+
+    def __init__(self, ids: list[str], slots: Callable[[], np.ndarray], size: int) -> None:
+        self._ids, self._find, self._size = ids, slots, size
+        self._slots: np.ndarray | None = None
+
+    def _found(self) -> np.ndarray:
+        if self._slots is None:
+            self._slots = self._find()
+        return self._slots
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self._ids[s] for s in self._found()[i].tolist()]
+        return self._ids[int(self._found()[i])]
+
+    def __iter__(self) -> Iterator[str]:
+        ids = self._ids
+        return (ids[s] for s in self._found().tolist())

@@ -26,14 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from docpc_retrievers.scoring.kernels import fastest, onednn_int8_available
-from docpc_retrievers.store.search.base import CandidateIndex
+from docpc_retrievers.store.search.base import CandidateIndex, LazyIds
 from docpc_retrievers.store.search.snapshot import (
     new_snapshot,
     publish_snapshot,
@@ -415,7 +415,7 @@ class CentroidIndex(CandidateIndex):
                 more = more[np.argpartition(-approx[more], k - n - 1)[: k - n]]
             return rows[more]
 
-        return [self._ids[rows[i]] for i in best], _IdsAt(self._ids, rest, k - n)
+        return [self._ids[rows[i]] for i in best], LazyIds(self._ids, rest, k - n)
 
     def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
         """The live slots within ``allowed`` worth estimating for a best ``n`` (all, or the coarse pass's shortlist
@@ -448,35 +448,6 @@ class CentroidIndex(CandidateIndex):
             kth = float(np.partition(approx, approx.size - rank)[approx.size - rank])
             n = max(n, min(most, int(np.count_nonzero(approx >= kth - near_tie_margin(query)))))
         return n
-
-
-class _IdsAt(Sequence[str]):
-    """The ids of ``size`` slots that ``slots()`` finds when first read (never, for most searches)."""
-
-    def __init__(self, ids: list[str], slots: Callable[[], np.ndarray], size: int) -> None:
-        self._ids, self._find, self._size = ids, slots, size
-        self._slots: np.ndarray | None = None
-
-    def _found(self) -> np.ndarray:
-        if self._slots is None:
-            self._slots = self._find()
-        return self._slots
-
-    def __len__(self) -> int:
-        return self._size
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self._ids[s] for s in self._found()[i].tolist()]
-        return self._ids[int(self._found()[i])]
-
-    def __iter__(self) -> Iterator[str]:
-        ids = self._ids
-        return (ids[s] for s in self._found().tolist())
 
 
 _SNAPSHOT_VERSION = 2
