@@ -500,13 +500,14 @@ def test_ranked_summaries_come_best_first_with_the_next_best_as_a_reserve() -> N
     order = sorted(estimate, key=lambda d: -estimate[d])
 
     def check(best: list[str], reserve: Sequence[str], kept: list[str], n: int, more: int) -> None:
+        tol = 1e-4  # a filtered search scores its rows apart: bfloat16 sums may round differently there
         scores = [estimate[d] for d in best]
-        assert scores == sorted(scores, reverse=True) and len(best) == n  # best first
+        assert all(a >= b - tol for a, b in zip(scores, scores[1:])) and len(best) == n  # best first
         assert len(reserve) == len(list(reserve)) == min(more, len(kept) - n)
         assert not set(best) & set(reserve)
-        assert min(scores) >= max(estimate[d] for d in reserve)  # the reserve comes after the best
+        assert min(scores) >= max(estimate[d] for d in reserve) - tol  # the reserve comes after the best
         cut = estimate[kept[n + len(reserve) - 1]]
-        assert set(best) | set(reserve) >= {d for d in kept if estimate[d] > cut}  # and nothing better was skipped
+        assert set(best) | set(reserve) >= {d for d in kept if estimate[d] > cut + tol}  # nothing better skipped
         assert list(reserve[:3]) == list(reserve)[:3] and reserve[-1] == list(reserve)[-1]
 
     check(best, reserve, order, 20, 30)
