@@ -462,7 +462,7 @@ class MultiVectorStore:
         if ids is not None:
             id_set = {i for i in ids if i in self._n}
             allowed = id_set if allowed is None else allowed & id_set
-        pool = list(self._n) if allowed is None else [i for i in self._n if i in allowed]
+        pool = self._n.keys() if allowed is None else [i for i in self._n if i in allowed]
         if not pool:
             return [[] for _ in queries]
         return [

@@ -21,7 +21,7 @@ about popular topics needed 768 candidates to hold 0.99 of the exact top 10
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -197,7 +197,7 @@ class TwoStageSearch:
     def search(
         self,
         query: np.ndarray,
-        pool: Sequence[str],
+        pool: Collection[str],
         allowed: set[str] | None,
         top_k: int,
         *,
@@ -206,7 +206,8 @@ class TwoStageSearch:
         exhaustive: bool = False,
         aggregate: str = "max",
     ) -> list[Hit]:
-        """The ``top_k`` best of ``pool`` (``allowed``: the same ids as a set, None for every document).
+        """The ``top_k`` best of ``pool`` (``allowed``: the same ids as a set, None for every document). ``pool`` is
+        listed only where it is small enough to score whole: a view of the store's ids saves listing 100k per search.
 
         A document deleted by another writer between the first stage and the record
         fetch is left out and its slot filled by the next candidate (``metadata``
@@ -216,7 +217,7 @@ class TwoStageSearch:
         found: list[Hit] = []
         distinct = distinct_tokens(query)
         for _attempt in range(_RETRIES):
-            live = list(pool) if not gone else [i for i in pool if i not in gone]
+            live = pool if not gone else [i for i in pool if i not in gone]
             keep = allowed if not gone else set(live)
             n_cand = max(n_candidates or self.candidates_for(distinct.means, grouped=distinct.merged), top_k)
             with single_blas_thread():
@@ -291,7 +292,7 @@ class TwoStageSearch:
         return _Candidates(list(dict.fromkeys([*found, *best])), ranks, len(best), more)
 
     def _ranked(
-        self, q: np.ndarray, pool: list[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
+        self, q: np.ndarray, pool: Collection[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
         aggregate: str, *, distinct: DistinctTokens, explicit: bool = False,
     ) -> list[tuple[str, float, tuple[float, ...]]]:
         """First stage (unless exhaustive or the pool is small), then exact int8 MaxSim over the candidates.
