@@ -199,6 +199,10 @@ def test_filters_restrict_candidates(tmp_path: Path) -> None:
         assert [h.id for h in store.search(q, top_k=3, ids=["d003", "d010"])][0] == "d003"
         assert store.search(q, top_k=5, where={"group": "none"}) == []
         assert sorted(store.ids(where={"group": "odd"})) == [i for i in ids if int(i[1:]) % 2 == 1]
+        # An empty filter matches everything; a filter and ids together keep what both allow.
+        assert [h.id for h in store.search(q, top_k=20, where={})] == [h.id for h in store.search(q, top_k=20)]
+        both = store.search(q, top_k=20, where={"group": "even"}, ids=["d002", "d003", "d004", "nope"])
+        assert sorted(h.id for h in both) == ["d002", "d004"]
 
 
 def test_top_k_edges(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -308,6 +308,10 @@ class MultiVectorStore:
         self._ensure_loaded()
         if where is None:
             return list(self._n)
+        return self._matching(where)
+
+    def _matching(self, where: Mapping[str, Any]) -> list[str]:
+        """Known ids matching a checked ``where`` filter, in the filter's order (the caller has followed the feed)."""
         return [i for i in (self._view.matching(where) if self._view else self.engine.ids(where)) if i in self._n]
 
     @_synchronized
@@ -457,12 +461,17 @@ class MultiVectorStore:
             return [[] for _ in queries]
         qs = check_queries(queries, self._view.dim)
         allowed: set[str] | None = None
-        if where is not None:
-            allowed = set(self.ids(where))
+        matched: list[str] | None = None  # a filter's ids in its own order: the pool without a pass over every id
+        checked = check_where(where)
+        if checked is not None:  # an empty filter ({}) matches every document
+            matched = list(dict.fromkeys(self._matching(checked)))  # once each, as the store's own ids
+            allowed = set(matched)
         if ids is not None:
             id_set = {i for i in ids if i in self._n}
             allowed = id_set if allowed is None else allowed & id_set
-        pool = self._n.keys() if allowed is None else [i for i in self._n if i in allowed]
+            matched = None
+        pool: Collection[str] = (self._n.keys() if allowed is None else matched if matched is not None
+                                 else [i for i in self._n if i in allowed])
         if not pool:
             return [[] for _ in queries]
         return [
