@@ -143,7 +143,10 @@ summaries ranked 2,412-20,084. The rule fires on 1-4 of 50 such queries per set;
 0.990 -> 1.000, m16 0.992 -> 0.998, at p50 within the noise (alternating; a query it fires on takes 125-165 ms), and
 sets drawn afterwards to check it (fm_*) 0.996-1.000 -> 0.998-1.000 (docs/store.md)."""
 FOLLOW_UP_FACTOR = 1.5
+"""The follow-up's reserve, as a multiple of the summaries' count (2.5x in all; 2x held c8 at 0.990, 3x no more
+than 2.5x: docs/store.md)."""
 FOLLOW_UP_MOST = 16
+"""The reserve's cap, in ``n_candidates`` (4,096 by default): what a query the rule fires on may add."""
 SHORTLIST_EXACT = 64
 """Candidates the approximate pass keeps for exact float32 scoring (at least 4x top_k)."""
 SCORE_CHUNK = 1024
