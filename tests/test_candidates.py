@@ -396,7 +396,7 @@ def test_a_search_passes_its_queries_groups_of_near_identical_tokens(monkeypatch
     search = TwoStageSearch(index, None, n_candidates=4)  # type: ignore[arg-type]
     seen: list[np.ndarray | None] = []
     monkeypatch.setattr(search, "planned", lambda q, n, allowed, **kw: seen.append(kw["heavy"]) or
-                        two_stage._Candidates([], {}, 0, []))
+                        two_stage._Candidates([]))
     rng = np.random.default_rng(3)
     distinct = rng.standard_normal((5, DIM)).astype(np.float32)
     distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)

@@ -460,18 +460,16 @@ class MultiVectorStore:
         if top_k == 0 or not self._n or self._view is None:
             return [[] for _ in queries]
         qs = check_queries(queries, self._view.dim)
+        pool: Collection[str] = self._n.keys()  # a view: listed only where the search scores the pool whole
         allowed: set[str] | None = None
-        matched: list[str] | None = None  # a filter's ids in its own order: the pool without a pass over every id
         checked = check_where(where)
         if checked is not None:  # an empty filter ({}) matches every document
-            matched = list(dict.fromkeys(self._matching(checked)))  # once each, as the store's own ids
-            allowed = set(matched)
+            pool = list(dict.fromkeys(self._matching(checked)))  # once each; no pass over every id
+            allowed = set(pool)
         if ids is not None:
             id_set = {i for i in ids if i in self._n}
             allowed = id_set if allowed is None else allowed & id_set
-            matched = None
-        pool: Collection[str] = (self._n.keys() if allowed is None else matched if matched is not None
-                                 else [i for i in self._n if i in allowed])
+            pool = [i for i in self._n if i in allowed]
         if not pool:
             return [[] for _ in queries]
         return [

@@ -383,13 +383,8 @@ class CentroidIndex(CandidateIndex):
     ) -> list[str]:
         """The best ``n``, or up to ``most`` when more lie within :func:`near_tie_margin` of the ``rank``-th best
         estimate (``rank`` 0: exactly ``n``); over ``FULL_SCAN_MAX`` documents, a coarse pass shortlists first."""
-        found = self._estimates(query, n, allowed)
-        if found is None:
-            return []
-        rows, approx = found
-        n = self._widened(query, approx, n, rank, most)
-        best = np.argpartition(-approx, n - 1)[:n] if n < rows.size else np.arange(rows.size)
-        return [self._ids[rows[i]] for i in best]
+        found = self._best(query, n, allowed, rank, most)
+        return [] if found is None else [self._ids[found[0][i]] for i in found[2]]
 
     def top_ranked(
         self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int, reserve: int
@@ -397,14 +392,12 @@ class CentroidIndex(CandidateIndex):
         """:meth:`top_widened`'s ids best first, and the next ``reserve`` best in no particular order, their ids
         made only when read (a search reads them for a few queries only); both from the same estimates (over
         ``FULL_SCAN_MAX`` documents, the coarse pass's shortlist for ``n``, which is 8x ``n``)."""
-        found = self._estimates(query, n, allowed)
+        found = self._best(query, n, allowed, rank, most)
         if found is None:
             return [], []
-        rows, approx = found
-        n = min(self._widened(query, approx, n, rank, most), rows.size)
-        k = min(rows.size, n + max(0, reserve))
-        order = np.argpartition(-approx, n - 1) if n < rows.size else np.arange(rows.size)
-        best = order[:n][np.argsort(-approx[order[:n]], kind="stable")]
+        rows, approx, best = found
+        best = best[np.argsort(-approx[best], kind="stable")]
+        n, k = best.size, min(rows.size, best.size + max(0, reserve))
 
         def rest() -> np.ndarray:  # the next k - n: the best k less the best n, ties cut to size
             top = np.argpartition(-approx, k - 1)[:k] if k < rows.size else np.arange(rows.size)
@@ -416,6 +409,21 @@ class CentroidIndex(CandidateIndex):
             return rows[more]
 
         return [self._ids[rows[i]] for i in best], LazyIds(self._ids, rest, k - n)
+
+    def _best(
+        self, query: np.ndarray, n: int, allowed: set[str] | None, rank: int, most: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The slots estimated (:meth:`_estimates`), their estimates, and the positions of the best ``n`` among them
+        (widened to the near-ties of the ``rank``-th best, up to ``most``), in no order; None when none are live."""
+        found = self._estimates(query, n, allowed)
+        if found is None:
+            return None
+        rows, approx = found
+        if 0 < rank <= approx.size and most > n:  # flat estimates: keep the rank-th best's near-ties
+            kth = float(np.partition(approx, approx.size - rank)[approx.size - rank])
+            n = max(n, min(most, int(np.count_nonzero(approx >= kth - near_tie_margin(query)))))
+        best = np.argpartition(-approx, n - 1)[:n] if n < rows.size else np.arange(rows.size)
+        return rows, approx, best
 
     def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
         """The live slots within ``allowed`` worth estimating for a best ``n`` (all, or the coarse pass's shortlist
@@ -440,14 +448,6 @@ class CentroidIndex(CandidateIndex):
             rows = np.sort(rows[np.argpartition(-approx, shortlist - 1)[:shortlist]])
             every = False
         return rows, self._score(q, "fine", None if every else rows)
-
-    @staticmethod
-    def _widened(query: np.ndarray, approx: np.ndarray, n: int, rank: int, most: int) -> int:
-        """``n``, or up to ``most`` to keep the near-ties of the ``rank``-th best estimate (0: ``n``)."""
-        if 0 < rank <= approx.size and most > n:
-            kth = float(np.partition(approx, approx.size - rank)[approx.size - rank])
-            n = max(n, min(most, int(np.count_nonzero(approx >= kth - near_tie_margin(query)))))
-        return n
 
 
 _SNAPSHOT_VERSION = 2

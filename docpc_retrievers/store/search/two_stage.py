@@ -21,6 +21,7 @@ about popular topics needed 768 candidates to hold 0.99 of the exact top 10
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -158,13 +159,13 @@ Hit = tuple[str, float, dict[str, Any], tuple[float, ...]]
 
 
 class _Candidates(NamedTuple):
-    """A query's candidates, and what a follow-up round needs: the summaries' candidates that the token stage did
-    not find, by their rank among the summaries' ``depth``, and the summaries' next best (``reserve``)."""
+    """A query's candidates, and what a follow-up round needs: the summaries' candidates ranked past
+    ``FOLLOW_UP_DEPTH`` of them that the token stage did not find (``deep``), and the summaries' next best
+    (``reserve``)."""
 
     ids: list[str]
-    ranks: dict[str, int]
-    depth: int
-    reserve: Sequence[str]
+    deep: frozenset[str] = frozenset()
+    reserve: Sequence[str] = ()
 
 
 def check_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
@@ -254,21 +255,20 @@ class TwoStageSearch:
         near-identical tokens; a query longer than short adds the token stage's best ``HEAVY_GROUP_CANDIDATES`` for
         them (unless ``explicit``). A mixed query without groups, given ``top_k`` and not ``explicit``, also keeps
         the summaries' ranks and their next best for a follow-up round (``FOLLOW_UP_DEPTH``)."""
+        def widest(count: int) -> int:  # near-ties within the rest of the cap
+            return max(count, NEAR_TIE_FACTOR * self.n_candidates - (n - count))
+
         def summaries(count: int) -> list[str]:
             if explicit or top_k <= 0:
                 return self.first_stage.top(q, count, allowed)
-            most = max(count, NEAR_TIE_FACTOR * self.n_candidates - (n - count))
-            return self.first_stage.top_widened(q, count, allowed, rank=top_k, most=most)
-
-        def plain(ids: list[str]) -> _Candidates:
-            return _Candidates(ids, {}, 0, [])
+            return self.first_stage.top_widened(q, count, allowed, rank=top_k, most=widest(count))
 
         short = q.shape[0] <= TOKEN_STAGE_MAX_TOKENS
         grouped = heavy is not None and len(heavy) > 0 and not short and not explicit
         wanted = q.shape[0] <= MIXED_MAX_TOKENS or grouped
         tokens = self.token_stage() if self.token_stage is not None and wanted else None
         if tokens is None:
-            return plain(summaries(n))
+            return _Candidates(summaries(n))
         if short:
             # A short query: the token stage ranks queries about a topic well and summaries poorly; queries copied
             # from a document's rows the other way round (docs/store.md, "Short queries built another way").
@@ -276,7 +276,7 @@ class TwoStageSearch:
             found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
                                probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
             best = self.first_stage.top(q, SHORT_SUMMARY_FACTOR * self.n_candidates, allowed)
-            return plain(list(dict.fromkeys([*found, *best])))
+            return _Candidates(list(dict.fromkeys([*found, *best])))
         found: list[str] = []
         if q.shape[0] <= MIXED_MAX_TOKENS:
             found = tokens.top(q, min(MIXED_TOKEN_CANDIDATES, n // 2), allowed, probes=MIXED_PROBES)
@@ -286,13 +286,11 @@ class TwoStageSearch:
                                   probes=HEAVY_GROUP_PROBES, per_token=SHORT_PER_TOKEN)
         count = n - len(found)
         if grouped or explicit or top_k <= 0 or q.shape[0] > MIXED_MAX_TOKENS:
-            return plain(list(dict.fromkeys([*found, *summaries(count), *by_group])))
-        most = max(count, NEAR_TIE_FACTOR * self.n_candidates - len(found))
+            return _Candidates(list(dict.fromkeys([*found, *summaries(count), *by_group])))
         reserve = min(int(FOLLOW_UP_FACTOR * count), FOLLOW_UP_MOST * self.n_candidates)
-        best, more = self.first_stage.top_ranked(q, count, allowed, rank=top_k, most=most, reserve=reserve)
-        by_tokens = set(found)
-        ranks = {d: i for i, d in enumerate(best) if d not in by_tokens}
-        return _Candidates(list(dict.fromkeys([*found, *best])), ranks, len(best), more)
+        best, more = self.first_stage.top_ranked(q, count, allowed, rank=top_k, most=widest(count), reserve=reserve)
+        deep = frozenset(best[math.ceil(FOLLOW_UP_DEPTH * len(best)) :]).difference(found)
+        return _Candidates(list(dict.fromkeys([*found, *best])), deep, more)
 
     def _ranked(
         self, q: np.ndarray, pool: Collection[str], allowed: set[str] | None, top_k: int, n_cand: int, exhaustive: bool,
@@ -303,10 +301,10 @@ class TwoStageSearch:
         ``distinct``: the query's near-identical tokens grouped (query_tokens.py): the first stage sees each group
         once, the approximate pass once scaled by its size; the exact pass scores every token."""
         small = exhaustive or len(pool) <= n_cand
-        plan = _Candidates(list(pool), {}, 0, []) if small else self.planned(
+        plan = _Candidates(list(pool)) if small else self.planned(
             distinct.means, n_cand, allowed, explicit=explicit, top_k=top_k, heavy=distinct.repeated())
         best = self._scored(q, plan.ids, top_k, exhaustive, aggregate, distinct=distinct)
-        if plan.reserve and any(plan.ranks.get(d, -1) >= FOLLOW_UP_DEPTH * plan.depth for _, d, _ in best):
+        if plan.reserve and any(d in plan.deep for _, d, _ in best):
             seen = set(plan.ids)  # the best reached deep into the summaries: score their next best too
             more = self._scored(q, [d for d in plan.reserve if d not in seen], top_k, False, aggregate,
                                 distinct=distinct)
