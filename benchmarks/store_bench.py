@@ -571,6 +571,18 @@ def report(quality: dict[str, Any] | None, runs: dict[str, dict[str, Any]], docs
                 print(_line(f"  reader memory after queries, {key[4:8]}", r[key], "MiB", "", None))
 
 
+def checked_machine() -> dict[str, float]:
+    """gather_bench.py's speed check, printed: latencies from a slower day compare through its ``slower`` ratio."""
+    from gather_bench import REFERENCE_MS, machine_check
+
+    got = machine_check()
+    reference = " / ".join(f"{ms}" for ms in REFERENCE_MS.values())
+    print(f"machine check (gather_bench.py, approximate pass over 1,280 mapped candidates, 5 / 25 tokens): "
+          f"{got['5 tokens ms']} / {got['25 tokens ms']} ms against {reference} on the day the latency targets were "
+          f"met: {got['slower']:.2f}x", flush=True)
+    return got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=10_000, help="documents in the scale run")
@@ -611,6 +623,11 @@ def main() -> None:
     ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")
     ap.add_argument("--fast-plaid-python", help="an interpreter with fast-plaid installed (see fast_plaid_peer.py)")
     ap.add_argument("--fast-plaid-nbits", type=int, nargs="+", default=[4, 2], help="fast-plaid residual bits to run")
+    ap.add_argument(
+        "--machine-check", action=argparse.BooleanOptionalAction, default=True,
+        help="time gather_bench.py's approximate pass before and after the run (about 20 s each): this machine's "
+        "speed against the day the latency targets were met, printed beside the latencies",
+    )
     ap.add_argument("--reader", help=argparse.SUPPRESS)
     ap.add_argument("--phase", default="search", help=argparse.SUPPRESS)
     ap.add_argument("--host", help=argparse.SUPPRESS)
@@ -622,6 +639,7 @@ def main() -> None:
     if args.reader:
         reader(args)
         return
+    machine = {"before": checked_machine()} if args.machine_check else {}
     quality = None if args.skip_quality else compaction(args)
     runs: dict[str, dict[str, Any]] = {}
     if not args.skip_scale:
@@ -637,12 +655,15 @@ def main() -> None:
             finally:  # the server's data: 1.6 GB at 10k documents
                 if not args.keep:
                     shutil.rmtree(served, ignore_errors=True)
+    if args.machine_check:
+        machine["after"] = checked_machine()
     report(quality, runs, args.docs)
     peer = peers(args) if args.peers else None
     if peer:
         report_peers(peer)
     if args.json:
-        args.json.write_text(json.dumps({"compaction": quality, "scale": runs, "docs": args.docs, "peers": peer}, indent=2))
+        args.json.write_text(json.dumps(
+            {"compaction": quality, "scale": runs, "docs": args.docs, "peers": peer, "machine": machine}, indent=2))
 
 
 if __name__ == "__main__":
