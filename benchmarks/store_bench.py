@@ -26,6 +26,9 @@ of the exact 10th score: misses among near-ties told from lost documents),
 bytes per document by part. ``--server`` runs
 the same against a ``chroma run`` server on loopback.
 
+Before and after, gather_bench.py's approximate pass times this machine against the day the latency targets were
+met (``--no-machine-check`` skips it): on a shared machine the same code's latencies moved by up to 40%.
+
     .venv/bin/python benchmarks/store_bench.py                         # 10,000 documents, embedded
     .venv/bin/python benchmarks/store_bench.py --server                # the same through chroma run
     .venv/bin/python benchmarks/store_bench.py --docs 100000 --insert-docs 5000 --queries 8
