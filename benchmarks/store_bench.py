@@ -579,10 +579,11 @@ def checked_machine() -> dict[str, float]:
     from gather_bench import REFERENCE_MS, machine_check
 
     got = machine_check()
-    reference = " / ".join(f"{ms}" for ms in REFERENCE_MS.values())
-    print(f"machine check (gather_bench.py, approximate pass over 1,280 mapped candidates, 5 / 25 tokens): "
-          f"{got['5 tokens ms']} / {got['25 tokens ms']} ms against {reference} on the day the latency targets were "
-          f"met: {got['slower']:.2f}x", flush=True)
+    tokens = " / ".join(map(str, REFERENCE_MS))
+    now = " / ".join(str(got[f"{t} tokens ms"]) for t in REFERENCE_MS)
+    print(f"machine check (gather_bench.py, approximate pass over 1,280 mapped candidates, {tokens} tokens): {now} ms "
+          f"against {' / '.join(map(str, REFERENCE_MS.values()))} on the day the latency targets were met: "
+          f"{got['slower']:.2f}x", flush=True)
     return got
 
 

@@ -399,14 +399,12 @@ class CentroidIndex(CandidateIndex):
         best = best[np.argsort(-approx[best], kind="stable")]
         n, k = best.size, min(rows.size, best.size + max(0, reserve))
 
-        def rest() -> np.ndarray:  # the next k - n: the best k less the best n, ties cut to size
-            top = np.argpartition(-approx, k - 1)[:k] if k < rows.size else np.arange(rows.size)
-            taken = np.zeros(rows.size, dtype=bool)
-            taken[best] = True
-            more = top[~taken[top]]
-            if more.size > k - n:
-                more = more[np.argpartition(-approx[more], k - n - 1)[: k - n]]
-            return rows[more]
+        def rest() -> np.ndarray:  # the best k - n of the estimates left once the best n are taken
+            if k == n:
+                return rows[:0]
+            left = approx.copy()
+            left[best] = -np.inf
+            return rows[np.argpartition(-left, k - n - 1)[: k - n]]
 
         return [self._ids[rows[i]] for i in best], LazyIds(self._ids, rest, k - n)
 
