@@ -139,7 +139,8 @@ def test_the_shortlisting_product_is_measured_once() -> None:
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 8, 25, 33, 300])
 def test_both_int8_kernels_give_the_exact_integer_products(n_tokens: int) -> None:
-    """oneDNN's quantized layer and torch._int_mm agree with int64 products exactly, any query length."""
+    """oneDNN's quantized layer (for queries within the range it is exact for here) and torch._int_mm agree with
+    int64 products exactly, any query length; int8_products_exact is exact for full-range queries too."""
     import torch
 
     from docpc_retrievers.scoring import kernels
@@ -149,12 +150,36 @@ def test_both_int8_kernels_give_the_exact_integer_products(n_tokens: int) -> Non
     q8 = torch.randint(-127, 128, (n_tokens, 128), dtype=torch.int8, generator=gen).numpy()
     expected = rows.to(torch.int64) @ torch.from_numpy(q8).to(torch.int64).T
     assert torch.equal(kernels._int_mm(rows, q8).to(torch.int64), expected)
-    try:
-        onednn = kernels._onednn(rows, q8)
-    except (RuntimeError, AttributeError):
+    assert torch.equal(kernels.int8_products_exact(rows, q8).to(torch.int64), expected)
+    peak = kernels.onednn_exact_peak()
+    if not peak:
         pytest.skip("this torch build has no oneDNN int8 layer")
+    narrow = np.clip(q8, -peak, peak)
+    onednn = kernels._onednn(rows, narrow)
     assert onednn.shape == (1000, n_tokens)
-    assert torch.equal(onednn.to(torch.int64), expected)
+    assert torch.equal(onednn.to(torch.int64), rows.to(torch.int64) @ torch.from_numpy(narrow).to(torch.int64).T)
+
+
+def test_quantized_queries_stay_where_the_kernel_is_exact_even_against_extreme_rows() -> None:
+    """A query rounded for the int8 kernel in use stays within query_peak(), and its products with rows of +-127
+    (where 16-bit pair sums would saturate on CPUs without VNNI) are the exact integer products."""
+    import torch
+
+    from docpc_retrievers.scoring import kernels
+    from docpc_retrievers.scoring.maxsim import quantized_query
+
+    assert kernels.query_peak() in (64, 127)
+    query = np.random.default_rng(3).standard_normal((9, 128)).astype(np.float32)
+    query[0] = np.where(np.arange(128) % 2 == 0, 1.0, -1.0)  # every code at the peak
+    q8, scales = quantized_query(query)
+    assert int(np.abs(q8.astype(np.int16)).max()) == kernels.query_peak()
+    assert np.allclose(q8 * scales.numpy()[:, None], query, atol=float(scales.max()) / 2 + 1e-7)
+    rows = torch.full((6, 128), 127, dtype=torch.int8)
+    rows[1] = -127
+    rows[2, ::2] = -127
+    rows[3, 1::2] = -127
+    rows[4:] = torch.randint(-127, 128, (2, 128), dtype=torch.int8, generator=torch.Generator().manual_seed(4))
+    expected = rows.to(torch.int64) @ torch.from_numpy(q8).to(torch.int64).T
     assert torch.equal(kernels.int8_products_exact(rows, q8).to(torch.int64), expected)
 
 

@@ -7,6 +7,11 @@ linear layer (``torch.ops.onednn.qlinear_pointwise``, AMX or VNNI tiles on
 x86) and ``torch._int_mm``. On the 2-core benchmark machine (AVX-512 VNNI and
 AMX), 389,120 rows in chunks of 32k by 25 tokens took 3.5 ms through oneDNN
 against 5.7-9.1 ms through ``_int_mm`` (50 tokens: 5.3-5.6 against 11.4-12.7).
+
+On CPUs without VNNI (AVX2 only, such as AMD Zen 2/3), oneDNN multiplies pairs of bytes into 16-bit sums that
+saturate unless the weight (the query) stays within +-64, and ``_int_mm`` has no fast kernel at all (149 ms for
+65,536 rows x 24 tokens against 6.2 ms through oneDNN on a 2-core AMD EPYC). There queries are rounded to 7 bits
+(:func:`query_peak`) and oneDNN stays exact.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fastest", "int8_kernel", "int8_products_exact", "onednn_int8_available"]
+__all__ = ["fastest", "int8_kernel", "int8_products_exact", "onednn_int8_available", "query_peak"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +86,8 @@ _KERNEL: Callable[[Any, np.ndarray], Any] | None = None
 
 
 def int8_kernel() -> Callable[[Any, np.ndarray], Any]:
-    """The quicker of the two exact int8 kernels on this CPU (measured once; oneDNN only where it agrees exactly)."""
+    """The quicker of the two exact int8 kernels on this CPU (measured once, with queries within :func:`query_peak`'s
+    range for oneDNN; oneDNN only where it is exact there)."""
     global _KERNEL
     if _KERNEL is None:
         import torch
@@ -90,35 +96,72 @@ def int8_kernel() -> Callable[[Any, np.ndarray], Any]:
         rows = torch.randint(-127, 128, (65_536, 128), dtype=torch.int8, generator=gen)
         query = torch.randint(-127, 128, (24, 128), dtype=torch.int8, generator=gen).numpy()
         kernels: dict[Any, Callable[[], object]] = {_int_mm: lambda: _int_mm(rows, query)}
-        if onednn_int8_available():
-            kernels[_onednn] = lambda: _onednn(rows, query)
+        peak = onednn_exact_peak()
+        if peak:
+            narrow = np.clip(query, -peak, peak)
+            kernels[_onednn] = lambda: _onednn(rows, narrow)
         _KERNEL = fastest(kernels, repeats=5)
         logger.debug("int8 products through %s", _KERNEL.__name__)
     return _KERNEL
 
 
-_ONEDNN_OK: bool | None = None
+_ONEDNN_PEAK: int | None = None
+_PEAKS = (127, 64)
+"""Query ranges tried for oneDNN's exactness: full int8 (VNNI, AMX), then 7 bits (AVX2's 16-bit pair sums hold
+``2 x 255 x 64 = 32,640``: the rows enter as unsigned bytes, shifted by 128)."""
 
 
-def onednn_int8_available() -> bool:
-    """Whether this torch build has oneDNN's int8 linear layer and it agrees exactly with ``torch._int_mm`` (checked once)."""
-    global _ONEDNN_OK
-    if _ONEDNN_OK is None:
+def onednn_exact_peak() -> int:
+    """The widest query range (127 or 64) over which oneDNN's int8 layer agrees exactly with ``torch._int_mm`` on
+    random and worst-case rows here, 0 where it has no such layer or is exact on neither (checked once)."""
+    global _ONEDNN_PEAK
+    if _ONEDNN_PEAK is None:
         import torch
 
         gen = torch.Generator().manual_seed(1)
-        rows = torch.randint(-127, 128, (4096, 128), dtype=torch.int8, generator=gen)
-        query = torch.randint(-127, 128, (24, 128), dtype=torch.int8, generator=gen).numpy()
-        try:
-            _ONEDNN_OK = torch.equal(_onednn(rows, query).to(torch.int64), _int_mm(rows, query).to(torch.int64))
-        except (RuntimeError, AttributeError, TypeError) as exc:  # no oneDNN int8 in this build
-            logger.debug("oneDNN int8 products unavailable: %s", exc)
-            _ONEDNN_OK = False
-    return _ONEDNN_OK
+        random_rows = torch.randint(-127, 128, (4096, 128), dtype=torch.int8, generator=gen)
+        extreme = torch.full((4, 128), 127, dtype=torch.int8)
+        extreme[1] = -127
+        extreme[2, ::2] = -127
+        extreme[3, 1::2] = -127
+        rows = torch.cat([random_rows, extreme])
+        signs = np.where(np.arange(128) % 2 == 0, 1, -1).astype(np.int8)
+        _ONEDNN_PEAK = 0
+        for peak in _PEAKS:
+            query = torch.randint(-peak, peak + 1, (24, 128), dtype=torch.int8, generator=gen).numpy()
+            query[:4] = np.stack([np.full(128, peak), np.full(128, -peak), peak * signs, -peak * signs]).astype(np.int8)
+            try:
+                exact = torch.equal(_onednn(rows, query).to(torch.int64), _int_mm(rows, query).to(torch.int64))
+            except (RuntimeError, AttributeError, TypeError) as exc:  # no oneDNN int8 in this build
+                logger.debug("oneDNN int8 products unavailable: %s", exc)
+                break
+            if exact:
+                _ONEDNN_PEAK = peak
+                break
+    return _ONEDNN_PEAK
+
+
+def onednn_int8_available() -> bool:
+    """Whether this torch build has oneDNN's int8 linear layer and it is exact for queries within
+    :func:`query_peak` here (checked once)."""
+    return onednn_exact_peak() > 0
+
+
+def query_peak() -> int:
+    """The largest magnitude a query's int8 codes take: 127, or 64 where the int8 kernel in use is oneDNN's and it
+    is exact only for 7-bit queries (CPUs without VNNI). Twice the rounding step of a query there, for a kernel 24x
+    faster than ``torch._int_mm`` on such a CPU."""
+    return onednn_exact_peak() if int8_kernel() is _onednn else 127
 
 
 def int8_products_exact(rows: Any, q8: np.ndarray) -> Any:
-    """Exact integer products ``[N, T]`` (int32 or float32 torch) of int8 rows ``[N, dim]`` with int8 tokens ``[T, dim]``."""
+    """Exact integer products ``[N, T]`` (int32 or float32 torch) of int8 rows ``[N, dim]`` with int8 tokens ``[T, dim]``.
+
+    Tokens beyond the range oneDNN is exact for here go through ``torch._int_mm``.
+    """
     if q8.shape[1] > _FLOAT_EXACT_DIM:  # float32 sums would round: integers only
         return _int_mm(rows, q8)
-    return int8_kernel()(rows, q8)
+    kernel = int8_kernel()
+    if kernel is _onednn and onednn_exact_peak() < 127 and q8.size and int(np.abs(q8.astype(np.int16)).max()) > onednn_exact_peak():
+        return _int_mm(rows, q8)
+    return kernel(rows, q8)

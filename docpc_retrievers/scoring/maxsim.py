@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from docpc_retrievers.scoring.kernels import int8_products_exact
+from docpc_retrievers.scoring.kernels import int8_products_exact, query_peak
 
 __all__ = ["int8_products", "maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors", "quantized_query"]
 
@@ -315,11 +315,13 @@ def int8_products(query: np.ndarray, rows: Any) -> Any:
 
 
 def quantized_query(query: np.ndarray) -> tuple[np.ndarray, Any]:
-    """The query rounded to int8 ``[T, dim]`` with one positive scale per token (torch ``[T]``)."""
+    """The query rounded to int8 ``[T, dim]`` with one positive scale per token (torch ``[T]``), each token's largest
+    magnitude at :func:`~docpc_retrievers.scoring.kernels.query_peak` (127, or 64 on CPUs without VNNI)."""
     import torch
 
     q = np.asarray(query, dtype=np.float32)
+    limit = query_peak()
     peak = np.abs(q).max(axis=1)
-    token_scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    q8 = np.clip(np.rint(q / token_scales[:, None]), -127, 127).astype(np.int8)
+    token_scales = np.where(peak > 0, peak / limit, 1.0).astype(np.float32)
+    q8 = np.clip(np.rint(q / token_scales[:, None]), -limit, limit).astype(np.int8)
     return q8, torch.from_numpy(token_scales)
