@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import SyntheticCorpus  # noqa: E402
+from store_bench import SyntheticCorpus
 
-from docpc_retrievers.scoring import kernels  # noqa: E402
-from docpc_retrievers.store.codec import quantize  # noqa: E402
+from docpc_retrievers.scoring import kernels
+from docpc_retrievers.store.codec import quantize
 
 SHORTLIST = 64
 """Candidates the approximate pass hands to the exact pass (store/search/two_stage.py's SHORTLIST_EXACT)."""
@@ -66,17 +66,17 @@ def kernel_speeds(n_rows: int, repeats: int) -> None:
         qf = torch.from_numpy(q8.astype(np.float32))
         expected = rows.to(torch.int64) @ torch.from_numpy(q8).to(torch.int64).T
         line = [f"{n_rows:,} rows x {tokens:2d} tokens:",
-                f"_int_mm 8-bit {_median_ms(lambda: kernels._int_mm(rows, q8), repeats):7.1f} ms"]
+                f"_int_mm 8-bit {_median_ms(lambda q8=q8: kernels._int_mm(rows, q8), repeats):7.1f} ms"]
         try:
-            onednn8 = _median_ms(lambda: kernels._onednn(rows, q8), repeats)
+            onednn8 = _median_ms(lambda q8=q8: kernels._onednn(rows, q8), repeats)
             exact = torch.equal(kernels._onednn(rows, q8).to(torch.int64), expected)
             line.append(f"oneDNN 8-bit {onednn8:6.1f} ms ({'exact' if exact else 'NOT exact'})")
-            line.append(f"oneDNN 7-bit {_median_ms(lambda: kernels._onednn(rows, q7), repeats):6.1f} ms")
+            line.append(f"oneDNN 7-bit {_median_ms(lambda q7=q7: kernels._onednn(rows, q7), repeats):6.1f} ms")
         except (RuntimeError, AttributeError, TypeError):
             line.append("oneDNN: not in this build")
         for dtype in (torch.float32, torch.bfloat16):
             q = qf.to(dtype)
-            line.append(f"{str(dtype).split('.')[-1]} {_median_ms(lambda: rows.to(dtype) @ q.T, repeats):6.1f} ms")
+            line.append(f"{str(dtype).split('.')[-1]} {_median_ms(lambda dtype=dtype, q=q: rows.to(dtype) @ q.T, repeats):6.1f} ms")
         print("  ".join(line))
 
 
