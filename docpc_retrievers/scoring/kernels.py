@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fastest", "int8_kernel", "int8_products_exact", "onednn_int8_available", "query_peak"]
+__all__ = ["fastest", "int8_kernel", "int8_products_exact", "onednn_exact_peak", "onednn_int8_available", "query_peak"]
 
 logger = logging.getLogger(__name__)
 

@@ -169,7 +169,8 @@ _INT8_FASTER: bool | None = None
 def int8_is_faster() -> bool:
     """Whether summaries are saved as int8 codes here rather than in compute_dtype().
 
-    Yes wherever torch has oneDNN's int8 products (x86 builds): a snapshot's format should not hang on one noisy
+    Yes wherever torch has oneDNN's int8 products exact for the queries it is given (x86 builds; 7-bit queries on
+    CPUs without VNNI, where torch._int_mm alone is 15-31x slower): a snapshot's format should not hang on one noisy
     timing (on the 2-core benchmark machine int8 won 27-31 ms to 37-41 ms, but a loaded moment can flip a measurement).
     Elsewhere, measured once against the float scoring: where torch has no int8 product, or emulates it slowly,
     summaries stay in float.
