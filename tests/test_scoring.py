@@ -284,3 +284,29 @@ def test_a_short_query_against_equal_documents_scores_as_the_wide_pass_does(
     np.testing.assert_allclose(narrow, wide, rtol=1e-6, atol=1e-6)
     exact = module.maxsim_int8(q, rows, scales, lengths)
     np.testing.assert_allclose(narrow, exact, atol=0.02 * n_tokens)
+
+
+def test_fastest_picks_the_quicker_run_and_times_a_clearly_slower_one_only_once() -> None:
+    """The quicker key wins; a run whose warm-up is far slower than the best timed run is not repeated; a run that
+    raises RuntimeError (an operation this build lacks) is left out."""
+    import time
+
+    from docpc_retrievers.scoring import kernels
+
+    calls = {"quick": 0, "slow": 0}
+
+    def quick() -> None:
+        calls["quick"] += 1
+
+    def slow() -> None:
+        calls["slow"] += 1
+        time.sleep(0.02)
+
+    def missing() -> None:
+        raise RuntimeError("not in this build")
+
+    assert kernels.fastest({"missing": missing, "quick": quick, "slow": slow}, repeats=3) == "quick"
+    assert calls == {"quick": 4, "slow": 1}
+    calls.update(quick=0, slow=0)
+    assert kernels.fastest({"slow": slow, "quick": quick}, repeats=3) == "quick"  # the slower first: both timed
+    assert calls == {"quick": 4, "slow": 4}
