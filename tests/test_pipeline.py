@@ -123,6 +123,42 @@ def test_a_hanging_document_times_out_alone(tmp_path: Path, tiny_encoder: ColPal
     assert sorted(report.indexed) == sorted(document_id(p) for p in good)
 
 
+def _slow_start(folder: Path, seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Render workers started from now on take ``seconds`` to start: a sitecustomize on their PYTHONPATH sleeps."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(f"import time\ntime.sleep({seconds})\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p))
+
+
+def test_a_worker_s_start_up_is_not_counted_in_a_document_s_render_time(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that takes 3 s to start still renders a quick document within a 1.5 s render timeout."""
+    good = [make_pdf(tmp_path / "pdfs" / f"b{i}.pdf", f"good document {i}") for i in range(2)]
+    _slow_start(tmp_path / "site", 3.0, monkeypatch)
+    with DocPCIndex(tmp_path / "S", encoder=tiny_encoder, writable=True) as index:
+        report = index.add_pdfs(good, workers=1, render_timeout=1.5, batch_size=2)
+        assert sorted(index.store.ids()) == sorted(document_id(p) for p in good)
+    assert report.failed == []
+
+
+def test_a_worker_that_never_starts_fails_its_document_with_a_clear_reason(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from docpc_retrievers.documents import workers
+
+    pdf = make_pdf(tmp_path / "pdfs" / "b.pdf", "good document")
+    _slow_start(tmp_path / "site", 30.0, monkeypatch)
+    monkeypatch.setattr(workers, "WORKER_START_LIMIT", 2.0)
+    started = time.monotonic()
+    with DocPCIndex(tmp_path / "S", encoder=tiny_encoder, writable=True) as index:
+        report = index.add_pdfs([pdf], workers=1, render_timeout=1.0, batch_size=1)
+        assert index.store.ids() == []
+    assert time.monotonic() - started < 25
+    assert [(Path(f.path), f.kind) for f in report.failed] == [(pdf, "render_timeout")]
+    assert str(pdf) in report.failed[0].reason and "did not start within 2 s" in report.failed[0].reason
+
+
 def render_workers() -> list[int]:
     """Pids of this process's render workers (children running the worker entry point), from /proc."""
     pids = []

@@ -200,6 +200,10 @@ def _unlink(path: str) -> None:
         pass
 
 
+WORKER_READY = "ready"
+"""A worker's first message: its interpreter and imports are up, so its documents' render time can start."""
+
+
 def _worker_main(conn_in: Connection, conn_out: Connection) -> None:
     """A worker's loop: receive the job, then ``(path, doc id)`` tasks, send back ``(Rendered, Pixels | None)``;
     ``None`` ends it."""
@@ -209,6 +213,7 @@ def _worker_main(conn_in: Connection, conn_out: Connection) -> None:
     except (EOFError, OSError):
         return
     _limit_memory(memory_limit)
+    conn_out.send(WORKER_READY)  # the pool's render clock starts here, not at the interpreter's start
     spool = SPOOL_DIR if os.access(SPOOL_DIR, os.W_OK) else None
     prefix, sent = spool_prefix(os.getppid(), os.getpid()), 0
     while True:

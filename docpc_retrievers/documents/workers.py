@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 from docpc_retrievers.documents.rendering import (
     DEFAULT_WORKER_MEMORY,
     SPOOL_DIR,
+    WORKER_READY,
     Rendered,
     RenderFailure,
     RenderJob,
@@ -60,6 +61,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RENDER_TIMEOUT = 60.0
 """Seconds one document may take to render in a worker before it fails with ``render_timeout``."""
+WORKER_START_LIMIT = 60.0
+"""Seconds a fresh render worker may take to start (interpreter and imports) before its document fails: start-up
+is not counted in a document's render time (on a loaded 2-core machine it took over 1.5 s)."""
 
 T = TypeVar("T")
 
@@ -142,12 +146,22 @@ class _Worker:
         self.conn = Connection(from_child_r, writable=False)
         self.sender.send((job, memory_limit))
         self.entry: _Entry[Any] | None = None
+        self.spawned = time.monotonic()
+        self.ready = False
         self.started = 0.0
 
     def is_alive(self) -> bool:
         return self.process.poll() is None
 
+    def deadline(self, render_timeout: float) -> float:
+        """When the document it holds runs out of time: ``render_timeout`` after it got the document, or, while the
+        interpreter is still starting, :data:`WORKER_START_LIMIT` after the spawn (start-up is not the document's)."""
+        if self.ready:
+            return self.started + render_timeout
+        return max(self.started + render_timeout, self.spawned + WORKER_START_LIMIT)
+
     def give(self, entry: _Entry[Any]) -> None:
+        """Send ``entry``'s task; its render clock starts now, or once the worker is ready if it is still starting."""
         self.entry, self.started = entry, time.monotonic()
         try:
             self.sender.send(entry.task)
@@ -272,9 +286,14 @@ class RenderPool:
     def _receive(self, worker: _Worker) -> bool:
         """Take a finished result from ``worker``; False when its pipe broke (the worker died)."""
         try:
-            light, pixels = worker.conn.recv()
+            message = worker.conn.recv()
         except (EOFError, OSError):
             return False
+        if message == WORKER_READY:
+            worker.ready = True
+            worker.started = time.monotonic()  # a document given before start-up is timed from now
+            return True
+        light, pixels = message
         try:
             result = attach_pixels(light, pixels)
         except OSError as exc:
@@ -302,7 +321,7 @@ class RenderPool:
         busy = [w for w in self._pool if w.entry is not None]
         timeout = None
         if busy and self.render_timeout is not None:
-            timeout = max(0.0, min(w.started for w in busy) + self.render_timeout - time.monotonic())
+            timeout = max(0.0, min(w.deadline(self.render_timeout) for w in busy) - time.monotonic())
         by_handle: dict[Any, _Worker] = {w.conn: w for w in busy}  # a dead worker's pipe reads as EOF
         ready = wait([*by_handle, self._wake_r], timeout)
         for handle in ready:
@@ -319,12 +338,11 @@ class RenderPool:
             self._replace(w, RenderFailure(path, "render_crashed", f"{path}: the render worker crashed ({how})"))
         if self.render_timeout is not None:
             now = time.monotonic()
-            for w in [w for w in self._pool if w.entry is not None and now - w.started >= self.render_timeout]:
+            for w in [w for w in self._pool if w.entry is not None and now >= w.deadline(self.render_timeout)]:
                 path = str(w.entry.task[0]) if w.entry is not None and w.entry.task else "?"
-                self._replace(
-                    w,
-                    RenderFailure(path, "render_timeout", f"{path}: rendering took longer than {self.render_timeout:g} s"),
-                )
+                message = (f"{path}: rendering took longer than {self.render_timeout:g} s" if w.ready else
+                           f"{path}: its render worker did not start within {WORKER_START_LIMIT:g} s")
+                self._replace(w, RenderFailure(path, "render_timeout", message))
 
     # -------------------------------------------------------------------- public
     def _submit(self, entry: _Entry[Any]) -> None:
