@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from docpc_retrievers.scoring.kernels import query_peak
 from docpc_retrievers.scoring.maxsim import maxsim
 from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.search import two_stage
@@ -97,7 +98,8 @@ def test_the_weighted_groups_of_exact_copies_score_what_every_copy_does() -> Non
     grouped = approximate_scores(found.weighted(), ids, source)
     np.testing.assert_allclose(grouped, full, rtol=2e-3, atol=2e-3)
     reference = maxsim([query], [dequantize(*source.docs[d]) for d in ids])[0]
-    np.testing.assert_allclose(grouped, reference, rtol=1e-2, atol=1e-2)
+    tolerance = 1e-2 * 127 / query_peak()  # the query's rounding step: twice as coarse on CPUs without VNNI
+    np.testing.assert_allclose(grouped, reference, rtol=tolerance, atol=tolerance)
 
 
 def test_a_padded_query_reaches_the_first_stage_grouped_and_is_scored_on_every_token(
