@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_bench import SyntheticCorpus
 
 from docpc_retrievers.scoring import kernels
+from docpc_retrievers.scoring.maxsim import quantized_query
 from docpc_retrievers.store.codec import quantize
 
 SHORTLIST = 64
@@ -111,9 +112,8 @@ def shortlist_cost(n_candidates: int, n_queries: int, seed: int) -> None:
             exact = (floats @ query.T).reshape(n_candidates, per_doc, -1).max(axis=1).sum(axis=1)
             top10 = set(np.argsort(-exact, kind="stable")[:10].tolist())
             for peak in (127, 64):
-                scales = np.abs(query).max(axis=1) / peak
-                q8 = np.clip(np.rint(query / scales[:, None]), -peak, peak).astype(np.int8)
-                approx = _maxsim_int(q8, scales, rows, row_scales, n_candidates, per_doc)
+                q8, scales = quantized_query(query, peak)
+                approx = _maxsim_int(q8, scales.numpy(), rows, row_scales, n_candidates, per_doc)
                 best = set(np.argsort(-approx, kind="stable")[:SHORTLIST].tolist())
                 kept[peak].append(len(top10 & best) / 10)
                 error[peak].append(float(np.mean(np.abs(approx - exact) / np.abs(exact))))

@@ -174,6 +174,6 @@ def int8_products_exact(rows: Any, q8: np.ndarray) -> Any:
     if q8.shape[1] > _FLOAT_EXACT_DIM:  # float32 sums would round: integers only
         return _int_mm(rows, q8)
     kernel = int8_kernel()
-    if kernel is _onednn and onednn_exact_peak() < 127 and q8.size and int(np.abs(q8.astype(np.int16)).max()) > onednn_exact_peak():
+    if kernel is _onednn and q8.size and int(np.abs(q8.astype(np.int16)).max()) > onednn_exact_peak():
         return _int_mm(rows, q8)
     return kernel(rows, q8)

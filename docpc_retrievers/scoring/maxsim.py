@@ -314,14 +314,15 @@ def int8_products(query: np.ndarray, rows: Any) -> Any:
     return int8_products_exact(rows, q8).float() * token_scales[None, :]
 
 
-def quantized_query(query: np.ndarray) -> tuple[np.ndarray, Any]:
+def quantized_query(query: np.ndarray, peak: int | None = None) -> tuple[np.ndarray, Any]:
     """The query rounded to int8 ``[T, dim]`` with one positive scale per token (torch ``[T]``), each token's largest
-    magnitude at :func:`~docpc_retrievers.scoring.kernels.query_peak` (127, or 64 on CPUs without VNNI)."""
+    magnitude at ``peak``, by default :func:`~docpc_retrievers.scoring.kernels.query_peak` (127, or 64 on CPUs
+    without VNNI)."""
     import torch
 
     q = np.asarray(query, dtype=np.float32)
-    limit = query_peak()
-    peak = np.abs(q).max(axis=1)
-    token_scales = np.where(peak > 0, peak / limit, 1.0).astype(np.float32)
+    limit = query_peak() if peak is None else peak
+    largest = np.abs(q).max(axis=1)
+    token_scales = np.where(largest > 0, largest / limit, 1.0).astype(np.float32)
     q8 = np.clip(np.rint(q / token_scales[:, None]), -limit, limit).astype(np.int8)
     return q8, torch.from_numpy(token_scales)
