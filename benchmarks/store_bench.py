@@ -55,10 +55,10 @@ from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.encoders.pooling import pool_vectors
 from docpc_retrievers.scoring.maxsim import maxsim
 from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.multivector import MultiVectorStore
-from docpc_retrievers.encoders.pooling import pool_vectors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from held_back_corpus import CONE_FILTERS, ConeCorpus  # noqa: E402
@@ -290,11 +290,15 @@ def reader(args: argparse.Namespace) -> None:
         from docpc_retrievers.store.search import two_stage
 
         default_factor = two_stage.NEAR_TIE_FACTOR
-        # The store's own count, then each --candidates count, then each --near-tie-factors widening (0: off).
-        runs = [(n, None, f" @{n}" if n else "") for n in [None, *(args.candidates or [])]]
-        runs += [(None, f, f" near-ties x{f}") for f in args.near_tie_factors or []]
-        for n, factor, suffix in runs:
+        # The store's own count, then each --candidates count, each --near-tie-factors widening (0: off), then each
+        # --query-peaks rounding of the int8 queries.
+        runs: list[tuple[int | None, int | None, int | None, str]] = [
+            (n, None, None, f" @{n}" if n else "") for n in [None, *(args.candidates or [])]]
+        runs += [(None, f, None, f" near-ties x{f}") for f in args.near_tie_factors or []]
+        runs += [(None, None, p, f" q{p}") for p in args.query_peaks or []]
+        for n, factor, peak, suffix in runs:
             two_stage.NEAR_TIE_FACTOR = default_factor if factor is None else factor
+            restore = _int8_queries_at(peak)
             for name, qs in queries.items():
                 label = name + suffix
                 lat, ids, scores = [], [], []
@@ -306,6 +310,7 @@ def reader(args: argparse.Namespace) -> None:
                     scores.append([h.score for h in hits])
                 found[label] = (name, ids, scores)
                 out[label] = {"p50_ms": statistics.median(lat) * 1000, "p90_ms": float(np.percentile(lat, 90)) * 1000}
+            restore()
         two_stage.NEAR_TIE_FACTOR = default_factor
         out["peak_rss_mb"] = _peak_rss_mb()  # a reader's peak, before the exhaustive ground truth below
         out.update(_rss_split_mb())  # now: the reader's own (anonymous) memory and file pages mapped from the cache
@@ -324,6 +329,28 @@ def reader(args: argparse.Namespace) -> None:
         out["bytes_per_doc"]["local_cache"] = store.cache.bytes() / docs
     store.close()
     print(json.dumps(out))
+
+
+def _int8_queries_at(peak: int | None) -> Any:
+    """Make the int8 products round queries to ``peak`` (127: 8 bits, through ``torch._int_mm`` where oneDNN is exact
+    only for 7 bits; 64: 7 bits through oneDNN) until the returned function is called; ``None`` changes nothing.
+    What the 7-bit queries of CPUs without VNNI cost recall, on the same store and queries (kernels.query_peak)."""
+    from docpc_retrievers.scoring import kernels
+
+    if peak is None:
+        return lambda: None
+    kernel, onednn_peak = kernels.int8_kernel(), kernels.onednn_exact_peak()
+    if peak > onednn_peak:
+        kernels._KERNEL = kernels._int_mm
+    elif onednn_peak:
+        kernels._KERNEL, kernels._ONEDNN_PEAK = kernels._onednn, peak
+    else:
+        raise SystemExit(f"--query-peaks {peak}: this torch build has no exact oneDNN int8 products")
+
+    def restore() -> None:
+        kernels._KERNEL, kernels._ONEDNN_PEAK = kernel, onednn_peak
+
+    return restore
 
 
 def _peak_rss_mb() -> float:
@@ -349,7 +376,7 @@ def _rss_split_mb() -> dict[str, float]:
 
 
 def _run_reader(path: Path, server: tuple[str, int] | None, phase: str, candidates: list[int] | None = None,
-                factors: list[int] | None = None) -> dict[str, Any]:
+                factors: list[int] | None = None, peaks: list[int] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--reader", str(path), "--phase", phase]
     if server:
         cmd += ["--host", server[0], "--port", str(server[1])]
@@ -357,6 +384,8 @@ def _run_reader(path: Path, server: tuple[str, int] | None, phase: str, candidat
         cmd += ["--candidates", *map(str, candidates)]
     if factors:
         cmd += ["--near-tie-factors", *map(str, factors)]
+    if peaks:
+        cmd += ["--query-peaks", *map(str, peaks)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -368,7 +397,8 @@ def scale(args: argparse.Namespace, server: tuple[str, int] | None) -> dict[str,
     try:
         result = fill(args, tmp / "store", server)
         # A reader process on the machine that wrote (its cache filled by the writes).
-        searched = _run_reader(tmp / "store", server, "search", args.candidates, args.near_tie_factors)
+        searched = _run_reader(tmp / "store", server, "search", args.candidates, args.near_tie_factors,
+                               args.query_peaks)
         result["cold_open_cached_s"] = searched.pop("open_s")
         result["imports_s"] = searched.pop("imports_s")
         result.update(searched)
@@ -622,6 +652,11 @@ def main() -> None:
     ap.add_argument(
         "--near-tie-factors", type=int, nargs="+",
         help="also run every query set with these near-tie widening caps (two_stage.NEAR_TIE_FACTOR; 0: no widening)",
+    )
+    ap.add_argument(
+        "--query-peaks", type=int, nargs="+", choices=(64, 127),
+        help="also run every query set with int8 queries rounded to these peaks (127: 8 bits, through torch._int_mm "
+        "where oneDNN is exact only for 7 bits; 64: 7 bits, what CPUs without VNNI use): what the rounding costs recall",
     )
     ap.add_argument("--peers", action="store_true", help="also run other engines on the same vectors (the [bench] extra)")
     ap.add_argument("--peer-docs", type=int, default=10_000, help="documents in the peers' run")

@@ -256,3 +256,43 @@ def test_cache_reads_many_documents_at_once_and_leaves_misses_out(tmp_path: Path
     reopened = VectorCache(tmp_path / "cache", "identity")  # after a save: read back from the file
     assert reopened.get_many(list(items)) == items
     reopened.close()
+
+
+def test_cache_saves_its_index_as_it_grows_so_a_killed_reader_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from docpc_retrievers.store import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "SAVE_EVERY_BYTES", 2500)
+    cache = cache_module.VectorCache(tmp_path / "cache", "identity")
+    cache.put({"a": b"x" * 1000, "b": b"y" * 1000})  # 2,000 bytes: not yet
+    assert not (tmp_path / "cache" / "vectors.npz").exists()
+    cache.put({"c": b"z" * 1000})  # past 2,500: saved without close()
+    seen_by_another = cache_module.VectorCache(tmp_path / "cache", "identity")
+    assert seen_by_another.get_many(["a", "b", "c"]) == {"a": b"x" * 1000, "b": b"y" * 1000, "c": b"z" * 1000}
+    assert not cache.dirty
+
+
+def test_a_reader_that_never_closes_keeps_what_it_fetched(tmp_path: Path) -> None:
+    """A script that searches and exits without close(): its cache index is saved at exit, not left unreferenced."""
+    import subprocess
+    import sys
+
+    docs, ids = _docs(12, seed=11), _ids(12)
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids, docs, [{} for _ in ids])
+    shutil.rmtree(tmp_path / "s" / "cache")
+    np.save(tmp_path / "q.npy", docs[2][:4])
+    script = (
+        "import sys, numpy as np\n"
+        "from docpc_retrievers.store.multivector import MultiVectorStore\n"
+        "store = MultiVectorStore(sys.argv[1])\n"
+        "store.search(np.load(sys.argv[2]), top_k=3, exhaustive=True)\n"  # every document fetched from Chroma
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "s"), str(tmp_path / "q.npy")], check=True)
+    from docpc_retrievers.store.cache import VectorCache
+
+    with MultiVectorStore(tmp_path / "s") as store:
+        identity = store.cache.identity
+    saved = VectorCache(tmp_path / "s" / "cache", identity)
+    assert all(doc_id in saved for doc_id in ids)

@@ -18,11 +18,13 @@ Files (under ``StoreLayout.cache``)::
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import secrets
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,6 +36,24 @@ __all__ = ["VectorCache"]
 logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
+
+SAVE_EVERY_BYTES = 256 << 20
+"""A cache saves its index after appending this much, so a reader killed before ``close()`` keeps what it fetched
+(before, a 100k-document reader that filled 3.5 GB from Chroma in 15 minutes and was stopped left it all
+unreferenced). Each save rewrites the index: about 9 MB at 100k documents, against 256 MiB of vectors."""
+
+_OPEN: weakref.WeakSet[VectorCache] = weakref.WeakSet()
+
+
+@atexit.register
+def _save_open_caches() -> None:
+    """At interpreter exit, save the index of every cache its owner never closed (a script without ``close()``)."""
+    for cache in list(_OPEN):
+        try:
+            if cache.dirty:
+                cache.save()
+        except Exception as exc:  # noqa: BLE001  (exit must go on: the cache is never needed for correctness)
+            logger.debug("cache %s not saved at exit: %s", cache.folder, exc)
 
 
 class VectorCache:
@@ -50,7 +70,9 @@ class VectorCache:
         self._maps: dict[str, np.memmap] = {}
         self._fds: dict[str, int] = {}
         self._dirty = False
+        self._unsaved_bytes = 0
         self._load_state()
+        _OPEN.add(self)
 
     # ----------------------------------------------------------------- state
     def _load_state(self) -> None:
@@ -113,7 +135,7 @@ class VectorCache:
             state = {"version": _STATE_VERSION, "identity": self.identity, "position": self.position,
                      "seen": sorted(self.seen)[-2000:]}
             _atomic_text(self.folder / "state.json", json.dumps(state))
-            self._dirty = False
+            self._dirty, self._unsaved_bytes = False, 0
         except OSError as exc:
             logger.warning("could not save the local cache %s: %s", self.folder, exc)
 
@@ -248,9 +270,13 @@ class VectorCache:
                 offset = self._file.tell()
                 self._file.write(data)
                 self._where[doc_id] = (self._file_name, offset, len(data))
+                self._unsaved_bytes += len(data)
             self._dirty = True
         except OSError as exc:
             logger.warning("could not write the local cache %s: %s", self.folder, exc)
+            return
+        if self._unsaved_bytes >= SAVE_EVERY_BYTES:
+            self.save()
 
     def drop(self, ids: Iterable[str]) -> None:
         """Forget documents (they changed or were deleted)."""
@@ -338,6 +364,7 @@ class VectorCache:
             self._file = None
         self._maps.clear()
         self._close_fds()
+        _OPEN.discard(self)
 
 
 def _atomic_npz(path: Path, **arrays: Any) -> None:
