@@ -296,3 +296,48 @@ def test_a_reader_that_never_closes_keeps_what_it_fetched(tmp_path: Path) -> Non
         identity = store.cache.identity
     saved = VectorCache(tmp_path / "s" / "cache", identity)
     assert all(doc_id in saved for doc_id in ids)
+
+
+def test_long_ids_and_many_parts_survive_a_reopen(tmp_path: Path) -> None:
+    """Ids past 64 characters and a part list past 4,096 characters of JSON come back whole from the cache's files
+    (they were cut to fixed widths: three 78-character ids sharing 64 came back as one document)."""
+    docs = _docs(3, seed=13)
+    ids = ["s3://archive/reports/" + "x" * 57 + str(i) for i in range(3)]
+    pages = _unit(np.random.default_rng(14).standard_normal((1500, DIM)))
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add([*ids, "pages"], [*docs, pages], [{} for _ in range(4)], parts=[None, None, None, [1] * 1500])
+        expected = [(h.id, h.score) for h in store.search(docs[1][:4], top_k=4)]
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert store.count() == 4
+        assert sorted(store.ids()) == sorted([*ids, "pages"])
+        assert [(h.id, h.score) for h in store.search(docs[1][:4], top_k=4)] == expected
+        assert store.get(["pages"])[0].parts == (1,) * 1500
+
+
+@pytest.mark.parametrize("long_parts", [False, True])
+def test_a_cache_written_before_whole_ids_is_not_trusted_with_cut_ids(tmp_path: Path, long_parts: bool) -> None:
+    """A cache saved by 0.2 (ids cut at 64 characters, part lists at 4,096) is read again from Chroma, not misread."""
+    docs = _docs(3, seed=15)
+    ids = ["s3://archive/reports/" + "y" * 57 + str(i) for i in range(3)]
+    pages = _unit(np.random.default_rng(16).standard_normal((1500 if long_parts else 3, DIM)))
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add([*ids, "pages"], [*docs, pages], [{} for _ in range(4)], parts=[None, None, None, [1] * len(pages)])
+        expected = [(h.id, h.score) for h in store.search(docs[1][:4], top_k=4)]
+    cache = tmp_path / "s" / "cache"
+    snap = cache / "first_stage" / json.loads((cache / "first_stage" / "current.json").read_text())["snapshot"]
+    meta = json.loads((snap / "meta.json").read_text())
+    del meta["whole_ids"]
+    (snap / "meta.json").write_text(json.dumps(meta))
+    np.save(snap / "ids.npy", np.load(snap / "ids.npy").astype("U64"))  # what 0.2 wrote
+    np.save(snap / "x-parts.npy", np.load(snap / "x-parts.npy").astype("U4096"))
+    state = json.loads((cache / "state.json").read_text())
+    del state["whole_ids"]
+    (cache / "state.json").write_text(json.dumps(state))
+    with np.load(cache / "vectors.npz") as z:
+        old = {k: z[k] for k in z.files}
+    np.savez(cache / "vectors.npz", **{**old, "ids": old["ids"].astype("U64")})
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert sorted(store.ids()) == sorted([*ids, "pages"])
+        assert [(h.id, h.score) for h in store.search(docs[1][:4], top_k=4)] == expected
+        assert store.get(["pages"])[0].parts == (1,) * len(pages)
+        assert not any(len(k) == 64 for k in store.cache._where)

@@ -36,6 +36,7 @@ __all__ = ["VectorCache"]
 logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
+_OLD_ID_WIDTH = 64
 
 SAVE_EVERY_BYTES = 256 << 20
 """A cache saves its index after appending this much, so a reader killed before ``close()`` keeps what it fetched
@@ -86,6 +87,8 @@ class VectorCache:
                 self._where = {
                     str(i): (str(f), int(o), int(n)) for i, f, o, n in zip(z["ids"], z["files"], z["offsets"], z["lengths"])
                 }
+            if not state.get("whole_ids"):  # before 0.3 ids were cut at 64 characters: such an entry may be another's
+                self._where = {k: v for k, v in self._where.items() if len(k) != _OLD_ID_WIDTH}
         except FileNotFoundError:
             self._reset()
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
@@ -130,10 +133,10 @@ class VectorCache:
             files = [self._where[i][0] for i in ids]
             offsets = np.array([self._where[i][1] for i in ids], dtype=np.int64)
             lengths = np.array([self._where[i][2] for i in ids], dtype=np.int64)
-            _atomic_npz(self.folder / "vectors.npz", ids=np.array(ids, dtype="U64"), files=np.array(files, dtype="U64"),
+            _atomic_npz(self.folder / "vectors.npz", ids=np.array(ids, dtype=str), files=np.array(files, dtype=str),
                         offsets=offsets, lengths=lengths)
             state = {"version": _STATE_VERSION, "identity": self.identity, "position": self.position,
-                     "seen": sorted(self.seen)[-2000:]}
+                     "seen": sorted(self.seen)[-2000:], "whole_ids": True}
             _atomic_text(self.folder / "state.json", json.dumps(state))
             self._dirty, self._unsaved_bytes = False, 0
         except OSError as exc:

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from docpc_retrievers.store.cache import VectorCache
+from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.payload import VectorReader
 from docpc_retrievers.store.records import summary_vectors
-from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.search import CentroidIndex, TwoStageSearch
 from docpc_retrievers.store.search.tokens import TokenIndex, faiss_available
 
@@ -58,10 +58,14 @@ class StoreView:
         """Fill the view: the cache's snapshot plus the feed since, or every record. Returns ids changed meanwhile."""
         saved = self.index.load(self.cache.first_stage_dir) if self.cache.position else None
         if saved is not None and {"counts", "part_ids", "parts", "position"} <= set(saved):
+            try:  # a part list cut short by an older save (before 0.3: 4,096 characters) is rebuilt from Chroma
+                parts = {str(k): tuple(int(v) for v in json.loads(str(p))) for k, p in zip(saved["part_ids"], saved["parts"])}
+            except ValueError as exc:
+                logger.info("saved first stage not used (%s); reading every record", exc)
+                saved = None
+        if saved is not None and {"counts", "part_ids", "parts", "position"} <= set(saved):
             self.n.update(zip(self.index.ids(), saved["counts"].tolist()))
-            self.parts.update(
-                (str(k), tuple(int(v) for v in json.loads(str(p)))) for k, p in zip(saved["part_ids"], saved["parts"])
-            )
+            self.parts.update(parts)
             if int(saved["position"]) != self.cache.position:  # replay from the snapshot (replaying is idempotent)
                 self.cache.position = int(saved["position"])
                 self.cache.seen.clear()
@@ -203,8 +207,8 @@ class StoreView:
         ids = self.index.ids()
         extras = {
             "counts": np.array([self.n.get(i, 0) for i in ids], dtype=np.int64),
-            "part_ids": np.array(list(self.parts), dtype="U64"),
-            "parts": np.array([json.dumps(list(v)) for v in self.parts.values()], dtype="U4096"),
+            "part_ids": np.array(list(self.parts), dtype=str),
+            "parts": np.array([json.dumps(list(v)) for v in self.parts.values()], dtype=str),
             "position": np.array(self.cache.position, dtype=np.int64),
         }
         self._added_since_save = 0

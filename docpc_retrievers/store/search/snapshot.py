@@ -21,6 +21,9 @@ import numpy as np
 
 __all__ = ["new_snapshot", "publish_snapshot", "read_snapshot"]
 
+_OLD_ID_WIDTH = 64
+"""Snapshots written before ``whole_ids`` stored ids in 64 characters: one that long may be a longer id cut short."""
+
 
 def new_snapshot(folder: Path) -> Path:
     """An empty snapshot folder under ``folder`` for the backend to write its files into."""
@@ -34,10 +37,11 @@ def publish_snapshot(snap: Path, ids: Sequence[str], meta: Mapping[str, Any],
                      extras: Mapping[str, np.ndarray] | None = None) -> None:
     """Write ids, extras and ``meta`` into ``snap``, make it current, and remove the older snapshots."""
     folder = snap.parent
-    np.save(snap / "ids.npy", np.array(list(ids), dtype="U64"))
+    np.save(snap / "ids.npy", np.array(list(ids), dtype=str))
     for name, array in (extras or {}).items():
         np.save(snap / f"x-{name}.npy", array)
-    (snap / "meta.json").write_text(json.dumps({**meta, "n": len(ids), "extras": sorted(extras or {})}))
+    (snap / "meta.json").write_text(
+        json.dumps({**meta, "n": len(ids), "extras": sorted(extras or {}), "whole_ids": True}))
     tmp = folder / f".current-{os.getpid()}.json"
     tmp.write_text(json.dumps({"snapshot": snap.name}))
     os.replace(tmp, folder / "current.json")
@@ -53,5 +57,7 @@ def read_snapshot(folder: Path) -> tuple[Path, dict[str, Any], list[str], dict[s
     ids = [str(i) for i in np.load(snap / "ids.npy").tolist()]
     if len(ids) != int(meta["n"]):
         raise ValueError(f"snapshot {snap} names {meta['n']} documents but lists {len(ids)}")
+    if not meta.get("whole_ids") and any(len(i) == _OLD_ID_WIDTH for i in ids):
+        raise ValueError(f"snapshot {snap} is from before 0.3, which cut ids at {_OLD_ID_WIDTH} characters")
     extras = {name: np.load(snap / f"x-{name}.npy") for name in meta.get("extras", [])}
     return snap, meta, ids, extras
