@@ -102,3 +102,30 @@ print(len(outside), max(outside.values()), sorted(set(inside.values())))
     if n_libs < 2 or most == 1:
         pytest.skip("scipy shares numpy's BLAS here, or BLAS runs one thread already")
     assert inside == ["[1]"]
+
+
+def test_a_store_builds_its_summaries_on_one_blas_thread(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each document's centroids are a few small products: more BLAS threads only spin beside the writer's other work."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from docpc_retrievers.store import records
+    from docpc_retrievers.store.multivector import MultiVectorStore
+
+    if _blas_threads() == {1}:
+        pytest.skip("numpy's BLAS runs one thread here already: nothing to hold")
+    seen: list[set[int]] = []
+    original = records.document_centroids
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(_blas_threads())
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(records, "document_centroids", recording)
+    rng = np.random.default_rng(0)
+    docs = [rng.standard_normal((30, 16)).astype(np.float32) for _ in range(3)]
+    with MultiVectorStore(Path(str(tmp_path)) / "s", writable=True) as store:
+        store.add(["a", "b", "c"], [d / np.linalg.norm(d, axis=1, keepdims=True) for d in docs], [{}, {}, {}])
+    assert seen == [{1}, {1}, {1}]
+    assert _blas_threads() != {1}  # and the limit is lifted after

@@ -19,6 +19,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from docpc_retrievers.blas_threads import single_blas_thread
 from docpc_retrievers.config import AGGREGATES, check_candidates
 from docpc_retrievers.errors import DocumentNotFoundError, StoreError
 from docpc_retrievers.filters import check_where
@@ -254,15 +255,16 @@ class MultiVectorStore:
         if self._view is None:
             self._view = self._new_view(dim)
         records, cents, packed = [], [], {}
-        for i, (doc_id, m, meta) in enumerate(zip(ids, mats, metadatas)):
-            record, centroids = build_record(
-                doc_id, m, meta, self.n_centroids, text=None if texts is None else texts[i],
-                parts=None if parts is None else parts[i], anchors=None if anchors is None else anchors[i],
-                grid=None if grids is None else grids[i],
-            )
-            records.append(record)
-            cents.append(centroids)
-            packed[doc_id] = record.vectors
+        with single_blas_thread():  # the summaries' small products: more BLAS threads only spin
+            for i, (doc_id, m, meta) in enumerate(zip(ids, mats, metadatas)):
+                record, centroids = build_record(
+                    doc_id, m, meta, self.n_centroids, text=None if texts is None else texts[i],
+                    parts=None if parts is None else parts[i], anchors=None if anchors is None else anchors[i],
+                    grid=None if grids is None else grids[i],
+                )
+                records.append(record)
+                cents.append(centroids)
+                packed[doc_id] = record.vectors
         seq = self.engine.write(records)
         self._advance(seq)
         self._forget(list(ids))
