@@ -320,6 +320,22 @@ def test_info_json_fields(runs: Runs, corpus_store: CorpusStore, tiny_checkpoint
     assert info["bytes_on_disk"] >= 2 * info["vectors"] * info["dim"]  # at least the fp16 vectors
 
 
+def test_warm_fills_an_empty_cache_once(corpus_store: CorpusStore, tmp_path: Path) -> None:
+    """`docpc warm` on a machine without the cache: every document fetched from Chroma, then nothing left to fetch."""
+    import shutil
+
+    store = copy_store(corpus_store.path, tmp_path / "S")
+    shutil.rmtree(store / "cache")
+    first = run_docpc("warm", "--store", store, "--json")
+    assert first.returncode == 0, first.describe()
+    assert first.json()["documents"] == first.json()["fetched"] == CORPUS_INDEXABLE
+    again = run_docpc("warm", "--store", store)
+    assert again.returncode == 0, again.describe()
+    assert f"warmed {CORPUS_INDEXABLE} document(s): fetched 0 from Chroma" in again.stdout
+    missing = run_docpc("warm", "--store", tmp_path / "nothing-here")
+    assert missing.returncode == 1 and "no docpc store" in missing.stderr
+
+
 # --------------------------------------------------------------------------- fatal errors (exit 1)
 
 

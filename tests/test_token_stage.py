@@ -109,6 +109,46 @@ def test_a_store_without_a_saved_token_stage_builds_it_on_the_first_short_query(
         assert reader._view is not None and reader._view.tokens is not None and len(reader._view.tokens) == 80
 
 
+def test_warm_fills_a_fresh_readers_cache_so_its_first_short_query_builds_nothing(
+    tmp_path: Path, small_lists: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`warm` on a machine with no cache: every document's vectors and the token stage, saved for the next reader."""
+    import shutil
+
+    from docpc_retrievers.store.view import StoreView
+
+    docs, ids = _docs(80, seed=3), _ids(80)
+    query = _unit(docs[9][[0, 5]] + 0.01)
+    with MultiVectorStore(tmp_path / "s", writable=True, n_candidates=4) as store:
+        store.add(ids, docs, [{} for _ in ids])
+        expected = [(h.id, h.score) for h in store.search(query, top_k=3)]
+    shutil.rmtree(tmp_path / "s" / "cache")
+    progress: list[tuple[int, int]] = []
+    with MultiVectorStore(tmp_path / "s") as reader:
+        done = reader.warm(lambda n, total: progress.append((n, total)))
+        assert all(doc_id in reader.cache for doc_id in ids)
+    assert done["documents"] == done["fetched"] == 80 and done["token_stage_built"] and done["token_stage"]
+    assert progress[-1] == (80, 80) and [n for n, _ in progress] == sorted(n for n, _ in progress)
+
+    def no_build(self: StoreView) -> None:
+        raise AssertionError("the token stage was built again")
+
+    fetched: list[int] = []
+    monkeypatch.setattr(StoreView, "_build_tokens", no_build)
+    with MultiVectorStore(tmp_path / "s") as reader:
+        original = reader.engine.payload
+        monkeypatch.setattr(reader.engine, "payload", lambda ids, kind: fetched.append(len(ids)) or original(ids, kind))
+        assert [(h.id, h.score) for h in reader.search(query, top_k=3)] == expected
+        again = reader.warm()
+    assert fetched == [] and again["fetched"] == 0 and not again["token_stage_built"]
+
+
+def test_warm_on_an_empty_store_does_nothing(tmp_path: Path) -> None:
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        assert store.warm() == {"documents": 0, "fetched": 0, "token_stage_built": False, "token_stage": False,
+                                "seconds": 0.0}
+
+
 def test_an_untrained_token_index_scores_every_vector_and_filters() -> None:
     docs, ids = _docs(30, seed=3), _ids(30)
     index = TokenIndex(DIM)

@@ -1,5 +1,5 @@
-"""``docpc info``, ``docpc list``, ``docpc clear-cache`` and ``docpc migrate``: look at a store and what it holds,
-drop what it can rebuild, upgrade it."""
+"""``docpc info``, ``docpc list``, ``docpc warm``, ``docpc clear-cache`` and ``docpc migrate``: look at a store and
+what it holds, fill or drop what it can rebuild, upgrade it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    """Add ``info`` and ``clear-cache``."""
+    """Add ``info``, ``list``, ``warm``, ``clear-cache`` and ``migrate``."""
     p = sub.add_parser("info", help="what a store holds and how it was built")
     add_store_options(p, model=False)
     p.set_defaults(func=run_info)
@@ -30,6 +30,10 @@ def register(sub: Any) -> None:
     p.add_argument("--where", help="only documents matching this Chroma metadata filter (JSON)")
     p.add_argument("--missing", action="store_true", help="only documents whose source file is gone")
     p.set_defaults(func=run_list)
+    p = sub.add_parser("warm", help="fill this machine's cache for a store (vectors, first stages) before serving queries")
+    add_store_options(p, model=False)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_warm)
     p = sub.add_parser("clear-cache", help="delete the page embeddings cached for reranking")
     add_store_options(p, model=False)
     p.set_defaults(func=run_clear_cache)
@@ -159,6 +163,38 @@ def run_list(args: argparse.Namespace) -> int:
         emit(rows)
     else:
         print(f"{count} document{'' if count == 1 else 's'}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_warm(args: argparse.Namespace) -> int:
+    """``docpc warm``: every document's vectors and both first stages into the local cache (resumable)."""
+    from docpc_retrievers.index import DocPCIndex
+
+    require_store(args)
+    bar: Any = None
+    if not args.no_progress and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(desc="warming", unit="doc", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        with DocPCIndex(args.store, **store_kwargs(args)) as index:
+            report = index.store.warm(progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        emit(report)
+    else:
+        built = "built the token stage" if report["token_stage_built"] else "the token stage was already there"
+        print(f"warmed {report['documents']} document(s): fetched {report['fetched']} from Chroma, {built}, "
+              f"in {report['seconds']:.1f} s")
     return EXIT_OK
 
 

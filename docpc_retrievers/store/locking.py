@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 from docpc_retrievers.errors import StoreLockedError
 
-__all__ = ["WriterLock"]
+__all__ = ["WriterLock", "synchronized"]
 
 logger = logging.getLogger(__name__)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def synchronized(method: _F) -> _F:
+    """Serialise a method on its object's ``_mutex``: one store object may be shared by threads."""
+
+    @wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
 
 try:  # POSIX
     import fcntl

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from functools import wraps
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, chroma_client, require_collection
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
-from docpc_retrievers.store.locking import WriterLock
+from docpc_retrievers.store.locking import WriterLock, synchronized
 from docpc_retrievers.store.payload import read_grid
 from docpc_retrievers.store.records import MetadataCache, ScoredDocument, StoredDocument, build_record, check_batch
 from docpc_retrievers.store.records import public, replaced_metadata
@@ -39,20 +38,6 @@ from docpc_retrievers.store.view import StoreView
 __all__ = ["AGGREGATES", "CANDIDATE_TOKEN_BUDGET", "MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
 
 logger = logging.getLogger(__name__)
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _synchronized(method: _F) -> _F:
-    """Serialise a public method on the store's mutex: one store object may be shared by threads."""
-
-    @wraps(method)
-    def wrapper(self: MultiVectorStore, *args: Any, **kwargs: Any) -> Any:
-        with self._mutex:
-            return method(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
 
 class MultiVectorStore:
     """Per-document multi-vector embeddings with metadata, text and grid previews, kept in Chroma.
@@ -144,7 +129,7 @@ class MultiVectorStore:
         """Raise when ``settings`` differ from the recorded ones, naming each (see :func:`settings.check_settings`)."""
         check_settings(self.path, self.settings, settings, section=section)
 
-    @_synchronized
+    @synchronized
     def set_settings(self, settings: Mapping[str, Any]) -> None:
         """Record the settings on first write; later writes must match them.
 
@@ -190,7 +175,7 @@ class MultiVectorStore:
     _n = property(lambda self: self._view.n if self._view is not None else {}, doc="Vector count per known document.")
     _parts = property(lambda self: self._view.parts if self._view is not None else {}, doc="Part split per record.")
 
-    @_synchronized
+    @synchronized
     def refresh(self) -> None:
         """Apply what other writers committed since we last looked (the change feed): new, replaced, deleted."""
         if not self._loaded:
@@ -221,7 +206,7 @@ class MultiVectorStore:
         self.cache.drop(ids)
 
     # ----------------------------------------------------------------- writes
-    @_synchronized
+    @synchronized
     def add(
         self,
         ids: Sequence[str],
@@ -272,7 +257,7 @@ class MultiVectorStore:
                        [tuple(r.metadata["_parts"]) if "_parts" in r.metadata else None for r in records], mats)
         self.cache.put(packed)
 
-    @_synchronized
+    @synchronized
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id (records, vectors, grids); returns how many existed."""
         self._require_writer()
@@ -283,7 +268,7 @@ class MultiVectorStore:
             self._forget(present)
         return len(present)
 
-    @_synchronized
+    @synchronized
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
         """Replace the public metadata of existing documents, keeping their vectors."""
         self._require_writer()
@@ -298,12 +283,12 @@ class MultiVectorStore:
                 self._meta_cache.forget(doc_id)
 
     # ------------------------------------------------------------------ reads
-    @_synchronized
+    @synchronized
     def count(self) -> int:
         self._ensure_loaded()
         return len(self._n)
 
-    @_synchronized
+    @synchronized
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """All document ids, or those whose metadata matches a Chroma ``where`` filter."""
         where = check_where(where)
@@ -316,19 +301,19 @@ class MultiVectorStore:
         """Known ids matching a checked ``where`` filter, in the filter's order (the caller has followed the feed)."""
         return [i for i in (self._view.matching(where) if self._view else self.engine.ids(where)) if i in self._n]
 
-    @_synchronized
+    @synchronized
     def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
         """Stored document ids by source path, for ``sources`` (one Chroma query, however many paths)."""
         self._ensure_loaded()
         found = self.engine.ids_by_source(sources)
         return {src: kept for src, ids in found.items() if (kept := [i for i in ids if i in self._n])}
 
-    @_synchronized
+    @synchronized
     def __contains__(self, doc_id: object) -> bool:
         self._ensure_loaded()
         return doc_id in self._n
 
-    @_synchronized
+    @synchronized
     def known(self, doc_id: str) -> bool:
         """Whether a document is stored, as of this process's last look: no feed query (a Chroma round trip) per file.
 
@@ -338,12 +323,12 @@ class MultiVectorStore:
             self._load()
         return doc_id in self._n
 
-    @_synchronized
+    @synchronized
     def vectors(self, doc_id: str) -> np.ndarray:
         """The stored ``[n, dim]`` multi-vector of a document, as float32 (dequantized)."""
         return self.vectors_with_anchors(doc_id)[0]
 
-    @_synchronized
+    @synchronized
     def vectors_with_anchors(self, doc_id: str) -> tuple[np.ndarray, np.ndarray | None]:
         """The stored vectors and, for pooled vectors, the encoder token each stands for (else None)."""
         self._ensure_loaded()
@@ -357,7 +342,7 @@ class MultiVectorStore:
         q, scale, anchors = reader.unpacked(doc_id, data)
         return dequantize(q, scale), anchors
 
-    @_synchronized
+    @synchronized
     def get(self, ids: Sequence[str] | None = None, *, include_vectors: bool = False) -> list[StoredDocument]:
         """Records by id (missing ids are skipped), or all records."""
         self._ensure_loaded()
@@ -389,12 +374,12 @@ class MultiVectorStore:
                 return
             offset += page
 
-    @_synchronized
+    @synchronized
     def texts(self, ids: Sequence[str]) -> dict[str, str]:
         """The stored text of documents (empty string when none was kept)."""
         return self.engine.texts(ids) if ids else {}
 
-    @_synchronized
+    @synchronized
     def grid(self, doc_id: str) -> bytes:
         """A document's grid preview bytes (cached locally on first read); DocumentNotFoundError when it has none."""
         self._ensure_loaded()
@@ -405,7 +390,7 @@ class MultiVectorStore:
             raise DocumentNotFoundError(doc_id, self.path)
         return data
 
-    @_synchronized
+    @synchronized
     def total_vectors(self) -> int:
         self._ensure_loaded()
         return sum(self._n.values())
@@ -427,12 +412,21 @@ class MultiVectorStore:
         """What the store holds and how it was built (``docpc info``); arguments fill what the store cannot know."""
         return statistics.describe(self, model=model, settings=settings, page_cache=page_cache)
 
+    @synchronized
+    def warm(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Fill this machine's cache for the whole store (every document's vectors, both first stages), so that the
+        first queries of a reader on a fresh machine do not wait for them; resumable. Returns what it did."""
+        self._ensure_loaded()
+        if self._view is None:  # an empty store
+            return {"documents": 0, "fetched": 0, "token_stage_built": False, "token_stage": False, "seconds": 0.0}
+        return self._view.warm(on_progress)
+
     # ----------------------------------------------------------------- search
     def search(self, query: np.ndarray, top_k: int = 10, **options: Any) -> list[ScoredDocument]:
         """Top documents for one query ``[n_tokens, dim]`` by MaxSim, best first (options as :meth:`search_batch`)."""
         return self.search_batch([query], top_k, **options)[0]
 
-    @_synchronized
+    @synchronized
     def search_batch(
         self,
         queries: Sequence[np.ndarray],
@@ -482,7 +476,7 @@ class MultiVectorStore:
         ]
 
     # --------------------------------------------------------------- lifetime
-    @_synchronized
+    @synchronized
     def close(self) -> None:
         """Save the cache and release the writer lock; the store can be reopened afterwards."""
         if getattr(self, "_cache", None) is not None:
