@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +147,25 @@ def require_store(args: argparse.Namespace) -> None:
         return  # the server says whether the collection exists
     if not StoreLayout.at(args.store).exists():
         raise StoreError(f"no docpc store at {args.store}; index some documents into it first (docpc index)")
+
+
+@contextmanager
+def counting_bar(desc: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A ``(done, total)`` progress callback drawing a documents bar on stderr (only when enabled and a terminal)."""
+    bar: Any = None
+    if enabled and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(desc=desc, unit="doc", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.close()

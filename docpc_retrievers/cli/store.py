@@ -11,6 +11,7 @@ from typing import Any
 from docpc_retrievers.cli.common import (
     EXIT_OK,
     add_store_options,
+    counting_bar,
     emit,
     parse_where,
     require_store,
@@ -49,23 +50,8 @@ def run_migrate(args: argparse.Namespace) -> int:
     """``docpc migrate``: format 1 -> 2 in place; a re-run finishes an interrupted one."""
     from docpc_retrievers.store.migrate import migrate_store
 
-    bar: Any = None
-    if not args.no_progress and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(desc="migrating", unit="doc", file=sys.stderr)
-
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-
-    try:
+    with counting_bar("migrating", not args.no_progress) as progress:
         report = migrate_store(args.store, on_progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
     if args.json:
         emit(report.to_dict())
     else:
@@ -171,24 +157,8 @@ def run_warm(args: argparse.Namespace) -> int:
     from docpc_retrievers.index import DocPCIndex
 
     require_store(args)
-    bar: Any = None
-    if not args.no_progress and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(desc="warming", unit="doc", file=sys.stderr)
-
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-
-    try:
-        with DocPCIndex(args.store, **store_kwargs(args)) as index:
-            report = index.store.warm(progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    with counting_bar("warming", not args.no_progress) as progress, DocPCIndex(args.store, **store_kwargs(args)) as index:
+        report = index.store.warm(progress)
     if args.json:
         emit(report)
     else:
