@@ -84,7 +84,7 @@ class VectorCache:
                 raise ValueError("cache belongs to another store")
             self.position = int(state.get("position", 0))
             self.seen = set(state.get("seen") or [])
-            with np.load(self.folder / "vectors.npz") as z:  # lists first: 0.42 s -> 0.05 s at 100k entries
+            with np.load(self.folder / "vectors.npz") as z:  # lists first: 0.42 s -> 0.08 s at 100k entries
                 self._where = dict(zip(z["ids"].tolist(), zip(z["files"].tolist(), z["offsets"].tolist(),
                                                               z["lengths"].tolist())))
             if not state.get("whole_ids"):  # before 0.3 ids were cut at 64 characters: such an entry may be another's

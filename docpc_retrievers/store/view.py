@@ -57,13 +57,8 @@ class StoreView:
     def open(self) -> list[str]:
         """Fill the view: the cache's snapshot plus the feed since, or every record. Returns ids changed meanwhile."""
         saved = self.index.load(self.cache.first_stage_dir) if self.cache.position else None
-        if saved is not None and {"counts", "part_ids", "parts", "position"} <= set(saved):
-            try:  # a part list cut short by an older save (before 0.3: 4,096 characters) is rebuilt from Chroma
-                parts = {str(k): tuple(int(v) for v in json.loads(str(p))) for k, p in zip(saved["part_ids"], saved["parts"])}
-            except ValueError as exc:
-                logger.info("saved first stage not used (%s); reading every record", exc)
-                saved = None
-        if saved is not None and {"counts", "part_ids", "parts", "position"} <= set(saved):
+        parts = _saved_parts(saved)
+        if saved is not None and parts is not None:
             self.n.update(zip(self.index.ids(), saved["counts"].tolist()))
             self.parts.update(parts)
             if int(saved["position"]) != self.cache.position:  # replay from the snapshot (replaying is idempotent)
@@ -189,8 +184,10 @@ class StoreView:
             if on_progress is not None:
                 on_progress(len(ids) - len(missing) + min(start + chunk, len(missing)), len(ids))
         built = self.tokens is None and self._tokens_wanted and bool(self.n)
-        self._token_stage()  # built from the cached vectors and saved, where absent
-        self.save()
+        if built:
+            self._token_stage()  # built from the cached vectors, and saved with the first stage
+        else:
+            self.save()
         return {"documents": len(ids), "fetched": len(missing), "token_stage_built": built,
                 "token_stage": self.tokens is not None, "seconds": time.perf_counter() - started}
 
@@ -239,3 +236,15 @@ class StoreView:
         except OSError as exc:
             logger.warning("could not save the first stage to %s: %s", self.cache.first_stage_dir, exc)
         self.cache.save()
+
+
+def _saved_parts(saved: Mapping[str, np.ndarray] | None) -> dict[str, tuple[int, ...]] | None:
+    """Each document's part sizes from a first-stage snapshot's extras; None when it lacks them or a part list does
+    not parse (cut short by a save before 0.3, at 4,096 characters): the view is then rebuilt from Chroma."""
+    if saved is None or not {"counts", "part_ids", "parts", "position"} <= set(saved):
+        return None
+    try:
+        return {str(k): tuple(int(v) for v in json.loads(str(p))) for k, p in zip(saved["part_ids"], saved["parts"])}
+    except ValueError as exc:
+        logger.info("saved first stage not used (%s); reading every record", exc)
+        return None
