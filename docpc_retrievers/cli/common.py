@@ -169,3 +169,9 @@ def counting_bar(desc: str, enabled: bool) -> Iterator[Callable[[int, int], None
     finally:
         if bar is not None:
             bar.close()
+
+
+def warm_store(store: Any, show_progress: bool) -> dict[str, Any]:
+    """``MultiVectorStore.warm`` with a bar for the vectors fetched and one for the token stage built."""
+    with counting_bar("fetching vectors", show_progress) as fetched, counting_bar("token stage", show_progress) as built:
+        return dict(store.warm(fetched, built))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from docpc_retrievers.cli.common import (
@@ -14,6 +15,7 @@ from docpc_retrievers.cli.common import (
     parse_where,
     positive_int,
     store_kwargs,
+    warm_store,
 )
 from docpc_retrievers.config import AGGREGATES
 
@@ -50,7 +52,24 @@ def register(sub: Any) -> None:
         "recall on large stores, slower",
     )
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (when the token stage is built first)")
     p.set_defaults(func=run)
+
+
+def token_stage_first(store: Any, args: argparse.Namespace) -> bool:
+    """Build a large store's missing token-level first stage before a one-shot search, with progress; True if built.
+
+    A long-lived reader builds it in the background, answering from the summaries meanwhile; a one-shot command
+    would start that build and stop it at exit, so every search on this machine would get the summaries' answers.
+    """
+    from docpc_retrievers.store import view
+
+    if store.count() <= view.INLINE_BUILD_MAX or store.token_stage != "absent":
+        return False
+    print(f"docpc: {args.store} has no token-level first stage on this machine; building it once before searching "
+          "(minutes on a large store; `docpc warm` does it ahead)", file=sys.stderr)
+    warm_store(store, not args.no_progress)
+    return True
 
 
 def _where(text: str | None) -> dict[str, Any] | None:
@@ -70,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--aggregate applies to page-mode stores only; {args.store} is a {index.settings.mode}-mode store "
                 "(one grid per document: there are no page scores to combine)"
             )
+        token_stage_first(index.store, args)
         results = index.search(
             args.query,
             args.top_k,

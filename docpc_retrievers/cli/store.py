@@ -16,6 +16,7 @@ from docpc_retrievers.cli.common import (
     parse_where,
     require_store,
     store_kwargs,
+    warm_store,
 )
 
 __all__ = ["register"]
@@ -75,6 +76,16 @@ def _pair(value: Any) -> str:
     return "x".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
+_TOKEN_STAGE = {
+    "ready": "ready on this machine",
+    "building": "being built in the background",
+    "absent": "not on this machine (built when a short query on a large store first needs it; `docpc warm` builds it "
+              "ahead)",
+    "unavailable": "unavailable (faiss-cpu is not installed): short queries use the centroid summaries",
+}
+"""``docpc info``'s words for the token-level first stage's state (``MultiVectorStore.token_stage``)."""
+
+
 def info_text(info: dict[str, Any]) -> str:
     """``docpc info`` for people: grouped lines, sizes in KiB/MiB, absent facts left out (``--json`` has them all)."""
     per_doc = info.get("bytes_per_document") or {}
@@ -93,6 +104,7 @@ def info_text(info: dict[str, Any]) -> str:
          + {True: ", grid previews kept", False: ", no grid previews (--no-grids)", None: ""}[info.get("grid_previews")]),
         ("on disk", f"{_size(info.get('bytes_on_disk'))} ({_size(per_doc.get('on_disk'))} per document; "
          f"cache {_size(info.get('bytes_cache'))}, grid previews {_size(info.get('bytes_grid_images'))})"),
+        ("token stage", _TOKEN_STAGE.get(str(info.get("token_stage")))),
         ("page cache", f"{info.get('page_cache_pages', 0)} pages, {_size(info.get('page_cache_bytes'))}"),
     ]
     width = max(len(k) for k, v in lines if v not in (None, ""))
@@ -157,8 +169,8 @@ def run_warm(args: argparse.Namespace) -> int:
     from docpc_retrievers.index import DocPCIndex
 
     require_store(args)
-    with counting_bar("warming", not args.no_progress) as progress, DocPCIndex(args.store, **store_kwargs(args)) as index:
-        report = index.store.warm(progress)
+    with DocPCIndex(args.store, **store_kwargs(args)) as index:
+        report = warm_store(index.store, not args.no_progress)
     if args.json:
         emit(report)
     else:

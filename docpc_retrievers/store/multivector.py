@@ -170,10 +170,12 @@ class MultiVectorStore:
 
     def _new_view(self, dim: int) -> StoreView:
         return StoreView(self.engine, self.cache, self.path, dim=dim, n_centroids=self.n_centroids,
-                         n_candidates=self.n_candidates)
+                         n_candidates=self.n_candidates, lock=self._mutex)
 
     _n = property(lambda self: self._view.n if self._view is not None else {}, doc="Vector count per known document.")
     _parts = property(lambda self: self._view.parts if self._view is not None else {}, doc="Part split per record.")
+    token_stage = property(lambda self: self._view.token_stage_state if self._view is not None else "absent",
+                           doc="The token-level first stage on this machine: ready, building, absent or unavailable.")
 
     @synchronized
     def refresh(self) -> None:
@@ -413,13 +415,14 @@ class MultiVectorStore:
         return statistics.describe(self, model=model, settings=settings, page_cache=page_cache)
 
     @synchronized
-    def warm(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    def warm(self, on_progress: Callable[[int, int], None] | None = None,
+             on_build: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Fill this machine's cache for the whole store (every document's vectors, both first stages), so that the
         first queries of a reader on a fresh machine do not wait for them; resumable. Returns what it did."""
         self._ensure_loaded()
         if self._view is None:  # an empty store
             return {"documents": 0, "fetched": 0, "token_stage_built": False, "token_stage": False, "seconds": 0.0}
-        return self._view.warm(on_progress)
+        return self._view.warm(on_progress, on_build=on_build)
 
     # ----------------------------------------------------------------- search
     def search(self, query: np.ndarray, top_k: int = 10, **options: Any) -> list[ScoredDocument]:
@@ -479,6 +482,8 @@ class MultiVectorStore:
     @synchronized
     def close(self) -> None:
         """Save the cache and release the writer lock; the store can be reopened afterwards."""
+        if getattr(self, "_view", None) is not None:
+            self._view.close()  # a background build stops first: it reads the cache
         if getattr(self, "_cache", None) is not None:
             if getattr(self, "_view", None) is not None and self.cache.dirty:
                 self._view.save()

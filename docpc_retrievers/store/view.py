@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.payload import VectorReader
 from docpc_retrievers.store.records import summary_vectors
 from docpc_retrievers.store.search import CentroidIndex, TwoStageSearch
+from docpc_retrievers.store.search.token_build import TokenStageBuild
 from docpc_retrievers.store.search.tokens import TokenIndex, faiss_available
 
 __all__ = ["StoreView"]
@@ -34,14 +36,19 @@ _SAVE_AFTER = 100
 """Documents changed by other writers after which the snapshot is saved again."""
 _FILTERS_KEPT = 32
 """Distinct ``where`` filters whose matching ids a view remembers (all forgotten when more come)."""
+INLINE_BUILD_MAX = 1_000
+"""Stores of at most this many documents build a missing token stage while the query that needs it waits (seconds);
+larger ones in the background (token_build.py), their queries answered from the summaries meanwhile."""
 
 
 class StoreView:
     """Vector counts (``n``), parts and the first stage of the documents this process knows."""
 
     def __init__(self, engine: ChromaEngine, cache: VectorCache, path: Path, *, dim: int,
-                 n_centroids: int, n_candidates: int) -> None:
+                 n_centroids: int, n_candidates: int, lock: Any = None) -> None:
         self.engine, self.cache, self.path, self.dim = engine, cache, path, dim
+        self.lock = lock if lock is not None else threading.RLock()
+        """The store's lock: every call into the view holds it; a background build takes it to read."""
         self.n: dict[str, int] = {}
         self.parts: dict[str, tuple[int, ...]] = {}
         self.index = CentroidIndex(n_centroids, dim)
@@ -49,6 +56,9 @@ class StoreView:
         # The token-level stage (faiss): built on first need when no saved copy matches the centroid one.
         self.tokens: TokenIndex | None = None
         self._tokens_wanted = faiss_available()
+        self._build: TokenStageBuild | None = None  # a token stage being built in the background
+        self._saved_position = -1  # the change feed's position of the first-stage snapshot in the cache
+        self._tokens_position = -1  # and of the token stage's
         self._added_since_save = 0
         self._feed_size = -1  # the feed's size when last followed completely (-1: never, this process)
         self._matches: dict[str, tuple[int, list[str]]] = {}  # where filter -> (feed size, matching ids)
@@ -64,11 +74,12 @@ class StoreView:
             if int(saved["position"]) != self.cache.position:  # replay from the snapshot (replaying is idempotent)
                 self.cache.position = int(saved["position"])
                 self.cache.seen.clear()
+            self._saved_position = int(saved["position"])
             if self._tokens_wanted:
                 tokens = TokenIndex(self.dim)
                 kept = tokens.load(self.cache.token_stage_dir)
                 if kept is not None and int(kept.get("position", -1)) == int(saved["position"]) and len(tokens) == len(self.n):
-                    self.tokens = tokens
+                    self.tokens, self._tokens_position = tokens, int(saved["position"])
             return self.follow()
         self.index = CentroidIndex(self.index.n_centroids, self.dim)
         self.search.first_stage = self.index
@@ -99,6 +110,7 @@ class StoreView:
             parts: Sequence[tuple[int, ...] | None], vectors: Sequence[np.ndarray]) -> None:
         """Our own commit: documents whose summaries and vectors we already hold."""
         self.index.add(list(ids), summaries)
+        self._touched(ids)
         if self.tokens is not None:
             self.tokens.add(list(ids), vectors)
         elif self._tokens_wanted and not self.n:  # the first documents of a store: start the token stage with them
@@ -114,6 +126,7 @@ class StoreView:
 
     def forget(self, ids: Sequence[str]) -> None:
         self.index.remove(ids)
+        self._touched(ids)
         if self.tokens is not None:
             self.tokens.remove(ids)
         for doc_id in ids:
@@ -138,8 +151,7 @@ class StoreView:
         records = self.engine.records(touched) if touched else {}
         self.ingest(records)
         if self.tokens is not None:
-            live = [i for i in touched if i in records and i in self.n]
-            self.tokens.add(live, self._stored_vectors(live))
+            self.tokens.add(*self._stored_vectors([i for i in touched if i in records and i in self.n]))
         self.cache.seen.update(c.key for c in changes)
         self.cache.position = max(self.cache.position, max(c.seq for c in changes))
         self.cache.mark_dirty()
@@ -166,16 +178,40 @@ class StoreView:
         return found
 
     def _token_stage(self) -> TokenIndex | None:
-        """The token-level stage, built from every stored vector the first time a query needs it (then saved)."""
-        if self.tokens is None and self._tokens_wanted and self.n:
+        """The token-level stage; where there is none, built from every stored vector: while the query waits on a
+        small store (``INLINE_BUILD_MAX``), else in the background (None until it is ready: the caller falls back
+        on the summaries). Saved once built."""
+        if self.tokens is not None or not self._tokens_wanted or not self.n:
+            return self.tokens
+        if len(self.n) <= INLINE_BUILD_MAX:
             self.tokens = self._build_tokens()
             self.save()
+        elif self._build is None or not self._build.running:  # none yet, or one that failed (logged): start one
+            self._build = self._new_build()
+            self._build.start()
+            logger.warning(
+                "%s has no token-level first stage on this machine: building it in the background from %d documents' "
+                "vectors (minutes at 100k on 2 cores); until then short queries take their candidates from the "
+                "centroid summaries, which may rank fewer of the best. `docpc warm` builds it ahead of the first "
+                "query.", self.path, len(self.n))
         return self.tokens
 
-    def warm(self, on_progress: Callable[[int, int], None] | None = None, *, chunk: int = 500) -> dict[str, Any]:
+    @property
+    def token_stage_state(self) -> str:
+        """``ready``, ``building`` (in the background), ``absent`` (built on first need) or ``unavailable`` (no faiss)."""
+        if self.tokens is not None:
+            return "ready"
+        if not self._tokens_wanted:
+            return "unavailable"
+        return "building" if self._build is not None and self._build.running else "absent"
+
+    def warm(self, on_progress: Callable[[int, int], None] | None = None, *, chunk: int = 500,
+             on_build: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Fetch into the cache every document's vectors it lacks, then build the token stage where it has none and
         save both first stages: what a fresh machine's first queries would otherwise wait for (at 100k on 2 cores,
-        minutes). Interrupted, it keeps what it fetched (the cache saves as it grows) and a re-run goes on."""
+        minutes). Interrupted, it keeps what it fetched (the cache saves as it grows) and a re-run goes on. A build
+        running in the background is taken over where it stands. ``on_progress``: (fetched, documents);
+        ``on_build``: (added to the token stage, documents)."""
         started = time.perf_counter()
         ids = list(self.n)
         missing = [doc_id for doc_id in ids if doc_id not in self.cache]
@@ -185,36 +221,76 @@ class StoreView:
                 on_progress(len(ids) - len(missing) + min(start + chunk, len(missing)), len(ids))
         built = self.tokens is None and self._tokens_wanted and bool(self.n)
         if built:
-            self._token_stage()  # built from the cached vectors, and saved with the first stage
-        else:
-            self.save()
+            self.tokens = self._build_tokens(on_build)
+        self.save()
         return {"documents": len(ids), "fetched": len(missing), "token_stage_built": built,
                 "token_stage": self.tokens is not None, "seconds": time.perf_counter() - started}
 
-    def _build_tokens(self) -> TokenIndex:
-        """A token-level stage of every stored vector, its lists trained on a random sample of the documents."""
+    def close(self) -> None:
+        """Stop a background build (what it built is lost: the next reader starts again)."""
+        if self._build is not None:
+            self._build.stop()
+            self._build = None
+
+    def _new_build(self) -> TokenStageBuild:
+        return TokenStageBuild(self.dim, list(self.n), read=self._stored_vectors, lock=self.lock, done=self._adopt,
+                               label=str(self.path), position=self.cache.position, persist=self._persist)
+
+    def _persist(self, build: TokenStageBuild) -> None:
+        """Save a finished background build as it stands (outside the lock: its index is still its own)."""
         started = time.perf_counter()
-        tokens = TokenIndex(self.dim)
-        ids = list(self.n)
-        # In a random order: the lists train on the first few hundred documents added, and a store's
-        # first documents are often one batch about one subject (100k benchmark store, short queries:
-        # trained on the first 500, 0.98 of the exact top 10; on a random 500, 0.99: docs/store.md).
-        ids = [ids[i] for i in np.random.default_rng(0).permutation(len(ids))]
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            tokens.add(chunk, self._stored_vectors(chunk))
-        tokens.trained_on = len(ids)
-        logger.info("built the token-level first stage of %s (%d documents) in %.1f s", self.path, len(ids),
-                    time.perf_counter() - started)
+        try:
+            build.tokens.save(self.cache.token_stage_dir, {"position": np.array(build.position, dtype=np.int64)})
+        except OSError as exc:
+            logger.warning("could not save the token stage to %s: %s", self.cache.token_stage_dir, exc)
+            return
+        logger.info("saved the token-level first stage of %s in %.1f s", self.path, time.perf_counter() - started)
+
+    def _build_tokens(self, on_progress: Callable[[int, int], None] | None = None) -> TokenIndex:
+        """A token-level stage of every stored vector, built in this thread (one running in the background, if
+        any, is taken over where it stands)."""
+        build, self._build = self._build, None
+        if build is not None:
+            build.stop()
+        if build is None or build.error is not None:
+            build = self._new_build()
+        build.on_progress = on_progress
+        return self._applied(build)
+
+    def _adopt(self, build: TokenStageBuild) -> None:
+        """A background build finished (called under the lock): the changes made meanwhile applied, then used. Saved
+        again only where its saved copy no longer matches the cache's first-stage snapshot (a change came meanwhile,
+        or the snapshot is older than the view): the 100k write holds the lock for tens of seconds."""
+        self._build = None
+        if build.saved and not build.touched and build.position == self.cache.position == self._saved_position:
+            self.tokens = build.run()  # nothing left to read: the index as saved
+            self._tokens_position = build.position
+            return
+        self.tokens = self._applied(build)
+        self.save()
+
+    def _applied(self, build: TokenStageBuild) -> TokenIndex:
+        """``build`` finished (in this thread if it had not) with the documents changed since it began."""
+        tokens = build.run()
+        touched = list(build.touched)
+        tokens.remove(touched)
+        tokens.add(*self._stored_vectors([i for i in touched if i in self.n]))
         return tokens
 
-    def _stored_vectors(self, ids: Sequence[str]) -> list[np.ndarray]:
+    def _touched(self, ids: Sequence[str]) -> None:
+        if self._build is not None:
+            self._build.touched.update(ids)
+
+    def _stored_vectors(self, ids: Sequence[str]) -> tuple[list[str], list[np.ndarray]]:
+        """The float32 vectors of those of ``ids`` still stored, with their ids."""
+        ids = [doc_id for doc_id in ids if doc_id in self.n]
         packed = self.reader.packed(ids)
+        found = [doc_id for doc_id in ids if doc_id in packed]
         out = []
-        for doc_id in ids:
+        for doc_id in found:
             q, scale, _ = self.reader.unpacked(doc_id, packed[doc_id])
             out.append(dequantize(q, scale))
-        return out
+        return found, out
 
     def save(self) -> None:
         """Save the first stage as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
@@ -228,10 +304,12 @@ class StoreView:
         self._added_since_save = 0
         try:
             self.index.save(self.cache.first_stage_dir, extras)
+            self._saved_position = int(extras["position"])
             if self.tokens is not None and self.tokens.outgrown:  # lists trained on the first few documents
                 self.tokens = self._build_tokens()
-            if self.tokens is not None:
-                self.tokens.save(self.cache.token_stage_dir, {"position": extras["position"]})
+            if self.tokens is not None and (self.tokens.changed or self._tokens_position != self.cache.position):
+                self.tokens.save(self.cache.token_stage_dir, {"position": extras["position"]})  # 2.6 GB at 100k
+                self._tokens_position = self.cache.position
             (self.cache.folder / "first_stage.npz").unlink(missing_ok=True)  # where 0.2 kept it
         except OSError as exc:
             logger.warning("could not save the first stage to %s: %s", self.cache.first_stage_dir, exc)

@@ -97,6 +97,8 @@ class TokenIndex(CandidateIndex):
         """Documents the lists were trained to represent (those present at training, or a rebuild's whole store)."""
         self._pending: list[tuple[int, np.ndarray]] = []  # before training: (slot, vectors)
         self._sizes: np.ndarray | None = None  # vectors per list, mapped and added (None: count again)
+        self.changed = False
+        """Documents added or removed since the index was last saved or loaded (a save rewrites every list)."""
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -116,6 +118,7 @@ class TokenIndex(CandidateIndex):
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray]) -> None:
         """Add or replace documents from their stored vectors (``[n_i, dim]`` float32 each)."""
         self.remove(ids)
+        self.changed = self.changed or bool(ids)
         batch = []
         for doc_id, vectors in zip(ids, summaries):
             slot = len(self._ids)
@@ -135,6 +138,7 @@ class TokenIndex(CandidateIndex):
             slot = self._slot.pop(doc_id, None)
             if slot is not None:
                 self._dead.add(slot)
+                self.changed = True
         if self._pending and self._dead:
             self._pending = [(s, v) for s, v in self._pending if s not in self._dead]
 
@@ -299,6 +303,7 @@ class TokenIndex(CandidateIndex):
         self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
         self._base, self._delta, self._trained, self._pending = base, delta, trained, []
         self._sizes = None
+        self.changed = False
         self.trained_on = int(meta.get("trained_on", 0))  # not recorded: unknown, so rebuilt at the next save
         return extras
 

@@ -1,0 +1,184 @@
+"""Building the token-level first stage from every stored vector, in a background thread or in the caller's.
+
+A reader with no saved token stage (a fresh machine that skipped ``docpc warm``) needs one for its short queries; at
+100k documents on 2 cores the build takes about 12 minutes from a warm cache, more with the vectors still in Chroma.
+A large store builds it in a thread while queries take candidates from the centroid summaries; the build holds
+the store's lock only to read a few documents' vectors at a time (the cache and the reader are not shared between
+threads otherwise), and adds them to faiss outside it. Documents changed meanwhile are recorded (``touched``) and
+applied when the built index is handed over.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from docpc_retrievers.store.search.tokens import TokenIndex
+
+__all__ = ["ADD_CHUNK", "READ_CHUNK", "TokenStageBuild"]
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 64
+"""Documents read per hold of the store's lock: from the cache about a millisecond; from Chroma about 0.5 s at 137
+documents/s (the 100k benchmark store on 2 cores), the longest a query waits behind the build."""
+ADD_CHUNK = 512
+"""Documents added to faiss at a time, outside the lock."""
+_LOCK_POLL_S = 0.1
+"""How often a build waiting for the store's lock looks whether it was stopped."""
+
+
+class TokenStageBuild:
+    """One build of a token stage over ``ids`` (shuffled: the lists train on the first few hundred documents added,
+    and a store's first documents are often one batch about one subject; 100k benchmark store, short queries: trained
+    on the first 500, 0.98 of the exact top 10; on a random 500, 0.99: docs/store.md).
+
+    ``read(ids)`` returns the float32 vectors ``[n_i, dim]`` of the ids still stored (with the ids); ``lock`` is the
+    store's lock, held around each read; ``done(build)`` hands the finished build over, under the lock. ``persist``
+    (optional) saves the finished index before that, outside the lock: at 100k the write takes tens of seconds,
+    which queries would otherwise wait for; ``position`` is the change feed's position when the ids were listed.
+    """
+
+    def __init__(self, dim: int, ids: Sequence[str], *,
+                 read: Callable[[Sequence[str]], tuple[list[str], list[np.ndarray]]],
+                 lock: Any, done: Callable[[TokenStageBuild], None], label: str = "", position: int = -1,
+                 persist: Callable[[TokenStageBuild], None] | None = None) -> None:
+        self.tokens = TokenIndex(dim)
+        self.ids = [ids[i] for i in np.random.default_rng(0).permutation(len(ids))]
+        self.touched: set[str] = set()
+        """Ids added, replaced or removed since the build listed its ids: applied when it is handed over."""
+        self.error: BaseException | None = None
+        self.on_progress: Callable[[int, int], None] | None = None
+        """Called with (documents added, documents listed) after each add (a progress bar's callback)."""
+        self.label, self.position = label, position
+        self.saved = False
+        """Whether ``persist`` saved the finished index (as built: before the ``touched`` changes)."""
+        self._read, self._lock, self._done, self._persist = read, lock, done, persist
+        self._finished_at: float | None = None
+        self._next = 0  # ids[:_next] are read
+        self._read_ids: list[str] = []  # read, not yet added
+        self._read_vectors: list[np.ndarray] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.perf_counter()
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(documents read, documents listed)."""
+        return self._next, len(self.ids)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Go on in a daemon thread (stopped at interpreter exit, before the cache saves its index)."""
+        self._thread = threading.Thread(target=self._background, name="docpc-token-stage", daemon=True)
+        atexit.register(self.stop)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the background thread after its current step; what it built so far is kept (:meth:`run` goes on).
+        Call it holding the store's lock or not: the thread gives up waiting for the lock once stopped."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        atexit.unregister(self.stop)
+
+    def run(self) -> TokenIndex:
+        """Finish the build in the calling thread (taking the lock for each read) and return the index built."""
+        while self._next < len(self.ids):
+            with self._lock:
+                self._read_next(ADD_CHUNK)
+            self._flush()
+        self._flush()
+        self._finished()
+        return self.tokens
+
+    # ---------------------------------------------------------------- thread
+    def _background(self) -> None:
+        try:
+            self._one_openmp_thread()
+            while self._next < len(self.ids):
+                if not self._locked():
+                    return
+                try:
+                    self._read_next(READ_CHUNK)
+                finally:
+                    self._lock.release()
+                if len(self._read_ids) >= ADD_CHUNK:
+                    self._flush()
+                time.sleep(0)  # let a query waiting for the lock take it first
+            self._flush()
+            self._finished()
+            if self._persist is not None and not self._stop.is_set():
+                self._persist(self)
+                self.saved = True
+            if not self._locked():
+                return
+            try:
+                self._done(self)  # which calls run(): nothing left to read, it records the build as finished
+            finally:
+                self._lock.release()
+        except Exception as exc:  # noqa: BLE001  (queries go on with the summaries; the next one starts another build)
+            self.error = exc
+            logger.warning("building the token-level first stage of %s failed: %s", self.label, exc)
+        finally:
+            atexit.unregister(self.stop)
+
+    def _locked(self) -> bool:
+        """Take the store's lock unless the build is stopped first (then False, the lock not held)."""
+        while not self._stop.is_set():
+            if self._lock.acquire(timeout=_LOCK_POLL_S):
+                if not self._stop.is_set():
+                    return True
+                self._lock.release()
+        return False
+
+    @staticmethod
+    def _one_openmp_thread() -> None:
+        """faiss's adds on one OpenMP thread, for this thread alone: the other core answers queries."""
+        try:
+            import faiss
+
+            faiss.omp_set_num_threads(1)  # the calling thread's setting (OpenMP keeps one per thread)
+        except (ImportError, AttributeError):  # pragma: no cover - faiss is checked before a build starts
+            pass
+
+    # ------------------------------------------------------------------ steps
+    def _read_next(self, count: int) -> None:
+        """Read the next ``count`` listed documents' vectors (the caller holds the lock); added by :meth:`_flush`."""
+        chunk = self.ids[self._next : self._next + count]
+        found, vectors = self._read(chunk)
+        self._read_ids.extend(found)
+        self._read_vectors.extend(vectors)
+        self._next += len(chunk)
+
+    def _flush(self) -> None:
+        """Add what was read to the index (outside the lock: the index is this build's own until handed over)."""
+        ids, vectors = self._read_ids, self._read_vectors
+        self._read_ids, self._read_vectors = [], []
+        if not ids:
+            return
+        self.tokens.add(ids, vectors)
+        done, total = self.progress
+        if self.on_progress is not None:
+            self.on_progress(done, total)
+        if total >= 10 * ADD_CHUNK and (done * 10) // total != ((done - len(ids)) * 10) // total:
+            logger.info("token-level first stage of %s: %d of %d documents (%.0f s)", self.label, done, total,
+                        time.perf_counter() - self._started)
+
+    def _finished(self) -> None:
+        if self._finished_at is not None:
+            return
+        self._finished_at = time.perf_counter()
+        self.tokens.trained_on = len(self.ids)
+        logger.info("built the token-level first stage of %s (%d documents) in %.1f s", self.label, len(self.ids),
+                    time.perf_counter() - self._started)
