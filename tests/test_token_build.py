@@ -17,6 +17,7 @@ from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.store.search import token_build
 from docpc_retrievers.store.search import tokens as token_module
 from docpc_retrievers.store.search.token_build import TokenStageBuild
+from docpc_retrievers.store.search.two_stage import NO_TOKEN_STAGE_SHORT_FACTOR
 from docpc_retrievers.store.view import StoreView
 
 pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.timeout(120)]
@@ -98,6 +99,9 @@ def test_a_large_store_builds_its_token_stage_in_the_background_answering_meanwh
         assert "building it in the background" in caplog.text and "docpc warm" in caplog.text
         view = reader._view
         assert view is not None and view.tokens is None
+        wide = view.search.candidates(query, 4, None)  # no token stage yet: 16 x n_candidates from the summaries
+        assert wide == view.index.top(query, NO_TOKEN_STAGE_SHORT_FACTOR * 4) and len(wide) == 64
+        assert view.search.candidates(query, 4, None, explicit=True) == view.index.top(query, 4)  # a count given: kept
         build = view._build
         more_docs, more = _docs(10, seed=2), _ids(10, start=N)
         with MultiVectorStore(tmp_path / "s", writable=True) as writer:  # another process in real life

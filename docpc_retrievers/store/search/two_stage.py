@@ -109,6 +109,11 @@ at 0.998 / 0.998 / 0.996 / 0.992; the held-back corpus's short set (filler token
 summaries' share doubled (``SHORT_SUMMARY_FACTOR``), which finds what the fewer lists miss: 8M + 256 / 6M + 512 /
 7M + 512, alternating: short 95-100 / 88-91 / 94-95 ms at 0.996 throughout, short_copy 95-100 / 86-87 / 93-94 at
 0.996 / 0.994 / 0.994, held-back short 102 / 93 at 1.000 (docs/store.md)."""
+NO_TOKEN_STAGE_SHORT_FACTOR = 16
+"""A short query with no token stage (being built in the background, or no faiss) takes this many times
+``n_candidates`` from the summaries instead (unless the caller gave the count). 100k benchmark store, the run's 20 short
+queries, share of the exact top 10 / p50 unloaded on the AVX2 machine: 1,024 candidates 0.545 / 187 ms, 2,048 0.570 /
+220 ms, 4,096 0.710 / 264 ms, 8,192 0.885 / 398 ms; with the token stage 1.000 / 262 ms (docs/store.md)."""
 SHORT_SUMMARY_FACTOR = 2
 """A short query takes the summaries' best this many times ``n_candidates`` beside the token stage's, ranked on all 16
 centroids of every document up to ``centroids.FULL_SCAN_MAX`` (the coarse pass first above it). Share of the exact top
@@ -268,7 +273,8 @@ class TwoStageSearch:
         wanted = q.shape[0] <= MIXED_MAX_TOKENS or grouped
         tokens = self.token_stage() if self.token_stage is not None and wanted else None
         if tokens is None:
-            return _Candidates(summaries(n))
+            wide = short and not explicit  # the summaries rank a short query's best poorly: more of them
+            return _Candidates(summaries(max(n, NO_TOKEN_STAGE_SHORT_FACTOR * self.n_candidates) if wide else n))
         if short:
             # A short query: the token stage ranks queries about a topic well and summaries poorly; queries copied
             # from a document's rows the other way round (docs/store.md, "Short queries built another way").
