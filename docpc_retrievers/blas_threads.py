@@ -1,6 +1,6 @@
 """Thread budgets: numpy's BLAS held to one thread around short products that run beside other work,
 torch's intra-op threads during indexing on a 2-core machine, and one OpenMP thread for each thread of the
-search's approximate pass (store/search/exact.py).
+search's approximate pass (store/search/exact.py); faiss on one thread in a background token-stage build.
 
 OpenBLAS threads spin after each call and fight torch's OpenMP threads (and
 each other, when several threads each run small products) for the cores:
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["indexing_threads", "one_openmp_thread", "openmp_pinning_works", "single_blas_thread"]
+__all__ = ["indexing_threads", "one_faiss_thread", "one_openmp_thread", "openmp_pinning_works", "single_blas_thread"]
 
 #: Machines with at most this many cores encode with one torch thread while indexing (see :func:`indexing_threads`).
 SMALL_MACHINE_CORES = 2
@@ -93,6 +93,16 @@ def one_openmp_thread() -> None:
     setter = _openmp_setter()
     if setter is not None:
         setter(1)
+
+
+def one_faiss_thread() -> None:
+    """Run the calling thread's faiss calls on one OpenMP thread, for this thread alone (OpenMP keeps the setting per
+    thread; faiss brings its own OpenMP runtime): a background token-stage build leaves the other core to queries."""
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss is checked before a build starts
+        return
+    faiss.omp_set_num_threads(1)
 
 
 def openmp_pinning_works() -> bool:

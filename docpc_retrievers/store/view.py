@@ -151,7 +151,7 @@ class StoreView:
         records = self.engine.records(touched) if touched else {}
         self.ingest(records)
         if self.tokens is not None:
-            self.tokens.add(*self._stored_vectors([i for i in touched if i in records and i in self.n]))
+            self.tokens.add(*self._stored_vectors(touched))  # those still stored: re-ingested from their records
         self.cache.seen.update(c.key for c in changes)
         self.cache.position = max(self.cache.position, max(c.seq for c in changes))
         self.cache.mark_dirty()
@@ -274,7 +274,7 @@ class StoreView:
         tokens = build.run()
         touched = list(build.touched)
         tokens.remove(touched)
-        tokens.add(*self._stored_vectors([i for i in touched if i in self.n]))
+        tokens.add(*self._stored_vectors(touched))
         return tokens
 
     def _touched(self, ids: Sequence[str]) -> None:

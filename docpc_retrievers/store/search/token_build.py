@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.blas_threads import one_faiss_thread
 from docpc_retrievers.store.search.tokens import TokenIndex
 
 __all__ = ["ADD_CHUNK", "READ_CHUNK", "TokenStageBuild"]
@@ -105,7 +106,7 @@ class TokenStageBuild:
     # ---------------------------------------------------------------- thread
     def _background(self) -> None:
         try:
-            self._one_openmp_thread()
+            one_faiss_thread()  # the other core answers queries
             while self._next < len(self.ids):
                 if not self._locked():
                     return
@@ -141,16 +142,6 @@ class TokenStageBuild:
                     return True
                 self._lock.release()
         return False
-
-    @staticmethod
-    def _one_openmp_thread() -> None:
-        """faiss's adds on one OpenMP thread, for this thread alone: the other core answers queries."""
-        try:
-            import faiss
-
-            faiss.omp_set_num_threads(1)  # the calling thread's setting (OpenMP keeps one per thread)
-        except (ImportError, AttributeError):  # pragma: no cover - faiss is checked before a build starts
-            pass
 
     # ------------------------------------------------------------------ steps
     def _read_next(self, count: int) -> None:
