@@ -566,6 +566,8 @@ def test_a_mixed_query_whose_best_reach_deep_into_the_summaries_scores_their_res
             return summaries[:n], reserves[:reserve]
 
     class Tokens:
+        coverage = 1.0
+
         def top(self, query: np.ndarray, n: int, allowed: set[str] | None = None, **_: object) -> list[str]:
             return tokens[:n]
 

@@ -17,7 +17,11 @@ from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.store.search import token_build
 from docpc_retrievers.store.search import tokens as token_module
 from docpc_retrievers.store.search.token_build import TokenStageBuild
-from docpc_retrievers.store.search.two_stage import NO_TOKEN_STAGE_SHORT_FACTOR
+from docpc_retrievers.store.search.two_stage import (
+    NO_TOKEN_STAGE_SHORT_FACTOR,
+    SHORT_QUERY_FACTOR,
+    _short_top,
+)
 from docpc_retrievers.store.view import StoreView
 
 pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.timeout(120)]
@@ -30,11 +34,11 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
-def _docs(n: int, seed: int) -> list[np.ndarray]:
+def _docs(n: int, seed: int, rows: int = 40) -> list[np.ndarray]:
     """Documents sharing one popular topic: every summary looks alike, single vectors tell them apart."""
     rng = np.random.default_rng(seed)
     topic = _unit(rng.standard_normal(DIM))
-    return [_unit(topic + 0.8 * _unit(rng.standard_normal((40, DIM)))) for _ in range(n)]
+    return [_unit(topic + 0.8 * _unit(rng.standard_normal((rows, DIM)))) for _ in range(n)]
 
 
 def _ids(n: int, start: int = 0) -> list[str]:
@@ -257,3 +261,79 @@ def test_a_build_with_no_changes_meanwhile_is_saved_outside_the_lock_and_not_wri
     with MultiVectorStore(tmp_path / "s", n_candidates=4) as again:
         again.count()
         assert again.token_stage == "ready" and len(again._view.tokens) == N  # type: ignore[union-attr, arg-type]
+
+
+def test_a_view_answers_for_what_was_frozen_while_its_index_grows_and_the_index_saves_as_one(tmp_path: Path) -> None:
+    docs, ids = _docs(120, seed=7), _ids(120)
+    tokens = token_module.TokenIndex(DIM)
+    tokens.add(ids[:60], docs[:60])
+    view = tokens.view(0.5)  # trained at 50 documents: 60 documents' vectors, frozen
+    tokens.add(ids[60:], docs[60:])  # the build goes on adding to a new part
+    assert view.coverage == 0.5 and len(view) == 60 and len(tokens) == 120 and len(tokens._frozen) == 1
+    for i in (0, 17, 59):
+        assert view.top(_short_query(docs[i]), 1) == [ids[i]] == tokens.top(_short_query(docs[i]), 1)
+    for i in (60, 99, 119):
+        assert ids[i] not in view.top(_short_query(docs[i]), 20)  # added after the view was taken
+        assert tokens.top(_short_query(docs[i]), 1) == [ids[i]]
+    tokens.save(tmp_path / "ts")
+    again = token_module.TokenIndex(DIM)
+    again.load(tmp_path / "ts")
+    assert not tokens._frozen and not again._frozen  # saved as one mapped index
+    assert all(again.top(_short_query(docs[i]), 1) == [ids[i]] for i in range(0, 120, 7))
+    assert view.top(_short_query(docs[17]), 1) == [ids[17]]  # the view's parts outlive the save
+    with pytest.raises(ValueError, match="untrained"):
+        token_module.TokenIndex(DIM).view(0.1)
+
+
+@pytest.fixture
+def held_after_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Holds the background build just after it first hands queries a view of what it added, until set."""
+    opened = threading.Event()
+    original = TokenStageBuild._publish
+
+    def held(self: TokenStageBuild) -> None:
+        original(self)
+        if self.partial is not None:
+            assert opened.wait(60), "the test never let the build go on"
+
+    monkeypatch.setattr(TokenStageBuild, "_publish", held)
+    yield opened
+    opened.set()
+
+
+def test_queries_during_a_background_build_take_candidates_from_the_part_built_so_far(
+    tmp_path: Path, held_after_publish: threading.Event
+) -> None:
+    docs, ids = _docs(N, seed=8), _ids(N)
+    _store_without_cache(tmp_path / "s", docs, ids)
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
+        reader.search(_short_query(docs[0]), top_k=3)  # starts the build
+        view = reader._view
+        assert view is not None and view._build is not None
+        for _ in range(600):
+            if view._build.partial is not None:
+                break
+            threading.Event().wait(0.05)
+        partial = view._token_stage()
+        assert reader.token_stage == "building" and view.tokens is None
+        assert partial is view._build.partial and partial is not None and 0 < partial.coverage < 1
+        assert partial.coverage == len(partial) / N
+        covered = [i for i, doc_id in enumerate(ids) if doc_id in set(partial.ids())]
+        assert len(covered) >= 16 and len(covered) == len(partial)
+        added = 0
+        for i in covered:  # the part built so far adds its best to the summaries' (the query's count: 2 of each)
+            q = _short_query(docs[i])
+            own, summaries = _short_top(partial, q, 2, None), view.index.top(q, 2)
+            assert own[0] == ids[i] and view.search.candidates(q, 2, None, explicit=True) == list(
+                dict.fromkeys([*own, *summaries]))
+            added += bool(set(own) - set(summaries))
+        assert added > 0
+        q = _short_query(docs[covered[0]])  # counts of its own: the summaries' 16x, the part's share of 4x
+        count = max(4, round(SHORT_QUERY_FACTOR * partial.coverage * 4))
+        wide = view.index.top_widened(q, NO_TOKEN_STAGE_SHORT_FACTOR * 4, None, rank=0, most=0)
+        assert view.search.candidates(q, 4, None) == list(dict.fromkeys([*_short_top(partial, q, count, None), *wide]))
+        assert reader.search(q, top_k=1)[0].id == ids[covered[0]]
+        held_after_publish.set()
+        _wait(reader, view._build)
+        assert reader.token_stage == "ready" and len(view.tokens) == N  # type: ignore[arg-type]
+        assert not view.tokens._frozen  # type: ignore[union-attr]  (saved and mapped back as one index)

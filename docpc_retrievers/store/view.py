@@ -179,8 +179,9 @@ class StoreView:
 
     def _token_stage(self) -> TokenIndex | None:
         """The token-level stage; where there is none, built from every stored vector: while the query waits on a
-        small store (``INLINE_BUILD_MAX``), else in the background (None until it is ready: the caller falls back
-        on the summaries). Saved once built."""
+        small store (``INLINE_BUILD_MAX``), else in the background (meanwhile what it has added so far, its
+        ``coverage`` below 1, or None before that: the caller takes the summaries' candidates for the rest). Saved
+        once built."""
         if self.tokens is not None or not self._tokens_wanted or not self.n:
             return self.tokens
         if len(self.n) <= INLINE_BUILD_MAX:
@@ -192,9 +193,9 @@ class StoreView:
             logger.warning(
                 "%s has no token-level first stage on this machine: building it in the background from %d documents' "
                 "vectors (minutes at 100k on 2 cores); until then short queries take their candidates from the "
-                "centroid summaries, which may rank fewer of the best. `docpc warm` builds it ahead of the first "
-                "query.", self.path, len(self.n))
-        return self.tokens
+                "centroid summaries and the part built so far, which may rank fewer of the best. `docpc warm` builds "
+                "it ahead of the first query.", self.path, len(self.n))
+        return self.tokens if self.tokens is not None or self._build is None else self._build.partial
 
     @property
     def token_stage_state(self) -> str:

@@ -22,6 +22,10 @@ __all__ = ["CandidateIndex", "LazyIds", "VectorSource"]
 class CandidateIndex(ABC):
     """Document summaries in, a shortlist of document ids out."""
 
+    coverage: float = 1.0
+    """The share of the store's documents it holds: below 1 while it is being built (a caller finds the rest
+    elsewhere)."""
+
     @abstractmethod
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray]) -> None:
         """Add or replace documents; ``summaries[i]`` is ``[c_i, dim]`` unit rows."""

@@ -5,13 +5,16 @@ A reader with no saved token stage (a fresh machine that skipped ``docpc warm``)
 A large store builds it in a thread while queries take candidates from the centroid summaries; the build holds
 the store's lock only to read a few documents' vectors at a time (the cache and the reader are not shared between
 threads otherwise), and adds them to faiss outside it. Documents changed meanwhile are recorded (``touched``) and
-applied when the built index is handed over.
+applied when the built index is handed over. What it has added is handed to queries as it grows (``partial``,
+``PUBLISHED_PARTS`` times over a build), so short queries take the token stage's candidates for that share of the
+store and the summaries' for the rest.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +25,7 @@ import numpy as np
 from docpc_retrievers.blas_threads import one_faiss_thread
 from docpc_retrievers.store.search.tokens import TokenIndex
 
-__all__ = ["ADD_CHUNK", "READ_CHUNK", "TokenStageBuild"]
+__all__ = ["ADD_CHUNK", "PUBLISHED_PARTS", "READ_CHUNK", "TokenStageBuild"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,10 @@ READ_CHUNK = 64
 documents/s (the 100k benchmark store on 2 cores), the longest a query waits behind the build."""
 ADD_CHUNK = 512
 """Documents added to faiss at a time, outside the lock."""
+PUBLISHED_PARTS = 16
+"""A background build hands queries a view of what it has added each time a further 1/16 of the store is in (at
+least ``ADD_CHUNK`` documents): each view's faiss parts are closed to additions, so a query can search them while the
+thread adds to the next. More parts cost each query one more faiss search apiece until the build is saved as one."""
 _LOCK_POLL_S = 0.1
 """How often a build waiting for the store's lock looks whether it was stopped."""
 
@@ -59,6 +66,10 @@ class TokenStageBuild:
         """Called with (documents added, documents listed) after each add (a progress bar's callback)."""
         self.label, self.position = label, position
         self.saved = False
+        self.partial: TokenIndex | None = None
+        """What the background thread had added when it last published (``PUBLISHED_PARTS``), for queries to search
+        meanwhile; None before the first."""
+        self._published = 0  # documents in ``partial``
         """Whether ``persist`` saved the finished index (as built: before the ``touched`` changes)."""
         self._read, self._lock, self._done, self._persist = read, lock, done, persist
         self._finished_at: float | None = None
@@ -116,6 +127,7 @@ class TokenStageBuild:
                     self._lock.release()
                 if len(self._read_ids) >= ADD_CHUNK:
                     self._flush()
+                    self._publish()
                 time.sleep(0)  # let a query waiting for the lock take it first
             self._flush()
             self._finished()
@@ -165,6 +177,13 @@ class TokenStageBuild:
         if total >= 10 * ADD_CHUNK and (done * 10) // total != ((done - len(ids)) * 10) // total:
             logger.info("token-level first stage of %s: %d of %d documents (%.0f s)", self.label, done, total,
                         time.perf_counter() - self._started)
+
+    def _publish(self) -> None:
+        """Hand queries a view of what is added so far, once a further ``1 / PUBLISHED_PARTS`` of the store is in."""
+        step = max(ADD_CHUNK, math.ceil(len(self.ids) / PUBLISHED_PARTS))
+        if self._next < len(self.ids) and self.tokens.trained and len(self.tokens) - self._published >= step:
+            self._published = len(self.tokens)
+            self.partial = self.tokens.view(self._published / len(self.ids))
 
     def _finished(self) -> None:
         if self._finished_at is not None:

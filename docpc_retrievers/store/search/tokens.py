@@ -92,6 +92,7 @@ class TokenIndex(CandidateIndex):
         self._dead: set[int] = set()
         self._base: Any = None  # the mapped, read-only saved index
         self._delta: Any = None  # trained, in memory: documents added since the save
+        self._frozen: list[Any] = []  # in memory, closed to additions (freeze): searched while another thread adds
         self._trained: np.ndarray | None = None  # the trained, empty index, serialized: new deltas and saves start from it
         self.trained_on = 0
         """Documents the lists were trained to represent (those present at training, or a rebuild's whole store)."""
@@ -99,6 +100,7 @@ class TokenIndex(CandidateIndex):
         self._sizes: np.ndarray | None = None  # vectors per list, mapped and added (None: count again)
         self.changed = False
         """Documents added or removed since the index was last saved or loaded (a save rewrites every list)."""
+        self.coverage = 1.0  # below 1 for a view of a build under way (:meth:`view`)
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -132,6 +134,32 @@ class TokenIndex(CandidateIndex):
         elif batch:
             self._add_to(self._delta, batch)
             self._sizes = None
+
+    def freeze(self) -> None:
+        """Close the in-memory documents to additions (later ones go to a new part sharing the training), so that
+        :meth:`view` can hand them to another thread while this one goes on adding."""
+        import faiss
+
+        if self._delta is not None and self._delta.ntotal and self._trained is not None:
+            self._frozen.append(self._delta)
+            self._delta = faiss.deserialize_index(self._trained)
+            self._sizes = None
+
+    def view(self, coverage: float) -> TokenIndex:
+        """What this index holds now, frozen (:meth:`freeze`), as a searchable copy sharing its faiss parts (never
+        added to again): queries search it while a background build goes on adding to this index. Trained indexes
+        only. ``coverage``: the share of the store it holds."""
+        import faiss
+
+        if self._delta is None or self._trained is None:
+            raise ValueError("an untrained token index has no view (its few vectors are scored exactly)")
+        self.freeze()
+        view = TokenIndex(self.dim)
+        view._ids, view._slot, view._dead = list(self._ids), dict(self._slot), set(self._dead)
+        view._base, view._frozen, view._trained = self._base, list(self._frozen), self._trained
+        view._delta = faiss.deserialize_index(self._trained)  # empty: its quantizer places the query tokens
+        view.trained_on, view.coverage = self.trained_on, coverage
+        return view
 
     def remove(self, ids: Iterable[str]) -> None:
         for doc_id in ids:
@@ -181,8 +209,7 @@ class TokenIndex(CandidateIndex):
         slots = None if allowed is None else np.array([self._slot[d] for d in allowed if d in self._slot], np.int64)
         if slots is not None and slots.size == 0:
             return []
-        found = [self._search(index, q, slots, probes or N_PROBE, keep) for index in (self._base, self._delta)
-                 if index is not None]
+        found = [self._search(index, q, slots, probes or N_PROBE, keep) for index in self._parts() if index.ntotal]
         wanted = None if slots is None else set(slots.tolist())
         pending = [(s, v) for s, v in self._pending if wanted is None or s in wanted]
         if pending:  # untrained: every vector, exactly
@@ -224,10 +251,14 @@ class TokenIndex(CandidateIndex):
     def _list_sizes(self) -> np.ndarray:
         """Vectors per list ``[nlist]``, mapped and added together (remembered until the next change)."""
         if self._sizes is None:
-            parts = [index for index in (self._base, self._delta) if index is not None]
+            parts = self._parts()
             self._sizes = np.array([sum(index.invlists.list_size(lst) for index in parts)
                                     for lst in range(self._delta.nlist)], dtype=np.int64)
         return self._sizes
+
+    def _parts(self) -> list[Any]:
+        """The faiss indexes holding this index's vectors: the mapped save, the frozen parts, the one added to."""
+        return [index for index in (self._base, *self._frozen, self._delta) if index is not None]
 
     @staticmethod
     def _search(index: Any, q: np.ndarray, slots: np.ndarray | None, probes: int,
@@ -252,7 +283,7 @@ class TokenIndex(CandidateIndex):
         live = list(self._slot.values())
         remap = np.full(len(self._ids), -1, dtype=np.int64)
         remap[np.array(sorted(live), dtype=np.int64)] = np.arange(len(live))
-        parts = [index for index in (self._base, self._delta) if index is not None]
+        parts = self._parts()
         layout = layout_of(self._delta)
 
         def renumbered(labels: np.ndarray) -> np.ndarray:  # removed documents and pads: -1
@@ -302,6 +333,7 @@ class TokenIndex(CandidateIndex):
             return None
         self._ids, self._slot, self._dead = ids, {d: i for i, d in enumerate(ids)}, set()
         self._base, self._delta, self._trained, self._pending = base, delta, trained, []
+        self._frozen = []
         self._sizes = None
         self.changed = False
         self.trained_on = int(meta.get("trained_on", 0))  # not recorded: unknown, so rebuilt at the next save

@@ -173,6 +173,13 @@ class _Candidates(NamedTuple):
     reserve: Sequence[str] = ()
 
 
+def _short_top(tokens: TokenIndex, q: np.ndarray, count: int, allowed: set[str] | None) -> list[str]:
+    """The token stage's best ``count`` for a short query ``q [t, dim]``: more lists per token the fewer the tokens
+    (``SHORT_PROBE_BUDGET``), within ``SHORT_DISTINCT_CODES``."""
+    probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
+    return tokens.top(q, count, allowed, probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
+
+
 def check_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
     """Queries as float32 ``[n_tokens, dim]`` matrices; ValueError for an empty or misshapen one."""
     qs = [np.asarray(q, dtype=np.float32) for q in queries]
@@ -272,15 +279,20 @@ class TwoStageSearch:
         grouped = heavy is not None and len(heavy) > 0 and not short and not explicit
         wanted = q.shape[0] <= MIXED_MAX_TOKENS or grouped
         tokens = self.token_stage() if self.token_stage is not None and wanted else None
-        if tokens is None:
+        partial = tokens is not None and tokens.coverage < 1  # a build under way: its part of the store so far
+        if tokens is None or (short and partial):
             wide = short and not explicit  # the summaries rank a short query's best poorly: more of them
-            return _Candidates(summaries(max(n, NO_TOKEN_STAGE_SHORT_FACTOR * self.n_candidates) if wide else n))
+            best = summaries(max(n, NO_TOKEN_STAGE_SHORT_FACTOR * self.n_candidates) if wide else n)
+            if tokens is None:
+                return _Candidates(best)
+            # The built part's best, as many as the whole token stage would keep from so large a share of the store.
+            count = n if explicit else max(self.n_candidates,
+                                           round(SHORT_QUERY_FACTOR * tokens.coverage * self.n_candidates))
+            return _Candidates(list(dict.fromkeys([*_short_top(tokens, q, count, allowed), *best])))
         if short:
             # A short query: the token stage ranks queries about a topic well and summaries poorly; queries copied
             # from a document's rows the other way round (docs/store.md, "Short queries built another way").
-            probes = min(SHORT_MAX_PROBES, max(1, SHORT_PROBE_BUDGET // q.shape[0]))
-            found = tokens.top(q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed,
-                               probes=probes, per_token=SHORT_PER_TOKEN, distinct_codes=SHORT_DISTINCT_CODES)
+            found = _short_top(tokens, q, n if explicit else max(n, SHORT_QUERY_FACTOR * self.n_candidates), allowed)
             best = self.first_stage.top(q, SHORT_SUMMARY_FACTOR * self.n_candidates, allowed)
             return _Candidates(list(dict.fromkeys([*found, *best])))
         found: list[str] = []
@@ -290,7 +302,7 @@ class TwoStageSearch:
         if grouped:
             by_group = tokens.top(np.asarray(heavy, dtype=np.float32), HEAVY_GROUP_CANDIDATES, allowed,
                                   probes=HEAVY_GROUP_PROBES, per_token=SHORT_PER_TOKEN)
-        count = n - len(found)
+        count = n if partial else n - len(found)  # a partial token stage adds to the summaries, replaces none of them
         if grouped or explicit or top_k <= 0 or q.shape[0] > MIXED_MAX_TOKENS:
             return _Candidates(list(dict.fromkeys([*found, *summaries(count), *by_group])))
         reserve = min(int(FOLLOW_UP_FACTOR * count), FOLLOW_UP_MOST * self.n_candidates)
