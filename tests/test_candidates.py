@@ -586,3 +586,28 @@ def test_a_mixed_query_whose_best_reach_deep_into_the_summaries_scores_their_res
     else:
         assert found == ["a0", "a1", "a2"]
         assert not set(reserve) & set(source.read)
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+def test_skipped_documents_are_left_out_as_a_filter_of_the_rest_would_leave_them(
+    monkeypatch: pytest.MonkeyPatch, coarse: bool
+) -> None:
+    """``skip`` (a partial token stage's documents, found there) gives the best of the others, as ``allowed`` would,
+    with or without the coarse pass; the mask is remembered for the same collection and rebuilt for another."""
+    if coarse:
+        monkeypatch.setattr(candidates, "SHORTLIST_MIN", 16)
+        monkeypatch.setattr(candidates, "FULL_SCAN_MAX", 0)
+    index, summaries = _index(600)
+    query = _unit(np.random.default_rng(9).standard_normal((6, DIM)))
+    best = _brute_top(query, summaries, 600)
+    skip = frozenset(best[:40:2])  # half of the 40 best
+    rest = set(best) - skip
+    got = index.top_widened(query, 10, None, rank=0, most=10, skip=skip)
+    assert len(got) == 10 and not skip & set(got)
+    assert set(got) == set(index.top(query, 10, rest))
+    if not coarse:
+        assert set(got) == set([d for d in best if d not in skip][:10])  # exact: every summary scored
+    assert index._skipped is not None and index._skipped[0] is skip
+    assert index.top_widened(query, 10, None, rank=0, most=10, skip=frozenset()) == index.top(query, 10)
+    other = frozenset(best[:5])
+    assert not other & set(index.top_widened(query, 10, None, rank=0, most=10, skip=other))

@@ -323,14 +323,15 @@ def test_queries_during_a_background_build_take_candidates_from_the_part_built_s
         added = 0
         for i in covered:  # the part built so far adds its best to the summaries' (the query's count: 2 of each)
             q = _short_query(docs[i])
-            own, summaries = _short_top(partial, q, 2, None), view.index.top(q, 2)
+            own = _short_top(partial, q, 2, None)
+            summaries = view.index.top(q, 2, set(ids) - partial.covered)  # the rest of the store's best
             assert own[0] == ids[i] and view.search.candidates(q, 2, None, explicit=True) == list(
                 dict.fromkeys([*own, *summaries]))
-            added += bool(set(own) - set(summaries))
+            added += bool(set(own) - set(view.index.top(q, 2)))
         assert added > 0
         q = _short_query(docs[covered[0]])  # counts of its own: the summaries' 16x, the part's share of 4x
         count = max(4, round(SHORT_QUERY_FACTOR * partial.coverage * 4))
-        wide = view.index.top_widened(q, NO_TOKEN_STAGE_SHORT_FACTOR * 4, None, rank=0, most=0)
+        wide = view.index.top(q, NO_TOKEN_STAGE_SHORT_FACTOR * 4, set(ids) - partial.covered)
         assert view.search.candidates(q, 4, None) == list(dict.fromkeys([*_short_top(partial, q, count, None), *wide]))
         assert reader.search(q, top_k=1)[0].id == ids[covered[0]]
         held_after_publish.set()

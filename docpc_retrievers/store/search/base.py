@@ -10,7 +10,7 @@ into a folder of the local cache and open from it again, so a second engine
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, overload
 
@@ -39,12 +39,16 @@ class CandidateIndex(ABC):
         """Ids of the ``n`` documents likeliest to score highest for ``query [t, dim]``, within ``allowed``."""
 
     def top_widened(
-        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int
+        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int,
+        skip: Collection[str] | None = None,
     ) -> list[str]:
         """:meth:`top`, plus the documents whose estimate this backend cannot tell from the ``rank``-th best (at
         most ``most`` in all): a query whose estimates are flat needs more candidates than one whose best stand
-        out. A backend that has no such estimate returns :meth:`top`'s ``n``."""
-        return self.top(query, n, allowed)
+        out. A backend that has no such estimate returns :meth:`top`'s ``n``. ``skip``: ids the caller finds
+        elsewhere, left out (here by asking :meth:`top` for as many more)."""
+        if not skip:
+            return self.top(query, n, allowed)
+        return [d for d in self.top(query, n + len(skip), allowed) if d not in skip][:n]
 
     def top_ranked(
         self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int, reserve: int

@@ -1,24 +1,19 @@
 """The centroid first stage: a few centroids per document, scored by late interaction from a memory map.
 
-Exhaustive MaxSim over 10k documents of ~760 vectors takes seconds on two
-cores, so search runs in two stages. Each document is summarised by
-``n_centroids`` unit vectors (spherical k-means over its own vectors, computed
-once at insert). The first stage scores a query against those summaries with
-the same late-interaction form, ``sum_i max_c <q_i, centroid_c>``, which keeps
-the token-level structure that mean pooling throws away; the best
-``n_candidates`` documents are then scored exactly from their full vectors.
+Exhaustive MaxSim over 10k documents of ~760 vectors takes seconds on two cores, so search runs in two stages. Each
+document is summarised by ``n_centroids`` unit vectors (spherical k-means over its own vectors, computed once at
+insert). The first stage scores a query against those summaries with the same late-interaction form, ``sum_i max_c
+<q_i, centroid_c>``, which keeps the token-level structure that mean pooling throws away; the best ``n_candidates``
+documents are then scored exactly from their full vectors.
 
-Streaming 16 centroids of every document costs about 49 ms per 25-token query
-at 100,000 documents on two cores and ten times that at 1M. Indexes larger
-than ``FULL_SCAN_MAX`` therefore score a coarser summary first (each document's centroids
-merged to ``COARSE_WIDTH``, 4x fewer rows) and only a shortlist with the full
-16.
+Streaming 16 centroids of every document costs about 49 ms per 25-token query at 100,000 documents on two cores and
+ten times that at 1M. Indexes larger than ``FULL_SCAN_MAX`` therefore score a coarser summary first (each document's
+centroids merged to ``COARSE_WIDTH``, 4x fewer rows) and only a shortlist with the full 16.
 
-The summaries are saved in the local cache as raw files and opened as a
-memory map: a reader opens in the time it takes to read the id list, and
-its resident memory holds the pages the OS page cache holds, shared by every
-reader of the same cache folder. Where this CPU multiplies int8 faster, they
-are saved as int8 codes (summary_codes.py): half the bytes of bfloat16.
+The summaries are saved in the local cache as raw files and opened as a memory map: a reader opens in the time it
+takes to read the id list, and its resident memory holds the pages the OS page cache holds, shared by every reader of
+the same cache folder. Where this CPU multiplies int8 faster, they are saved as int8 codes (summary_codes.py): half
+the bytes of bfloat16.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -149,10 +144,8 @@ _COMPUTE_DTYPE: Any = None
 def compute_dtype() -> Any:
     """bfloat16 where this CPU multiplies it fast (measured once), else float32.
 
-    Why: the first stage streams every summary each query. On CPUs with
-    bfloat16 units it runs 2.3x faster than float32 at half the memory; on
-    others bfloat16 is emulated and slower, so the choice is measured, not assumed.
-    """
+    Why: the first stage streams every summary each query. On CPUs with bfloat16 units it runs 2.3x faster than
+    float32 at half the memory; on others bfloat16 is emulated and slower, so the choice is measured, not assumed."""
     global _COMPUTE_DTYPE
     if _COMPUTE_DTYPE is None:
         import torch
@@ -196,8 +189,7 @@ def int8_is_faster() -> bool:
 class _Segment(NamedTuple):
     """Centroid-major summaries of a run of slots: fine ``[n_centroids, n, dim]``, coarse ``[coarse_width, n, dim]``.
 
-    Float tensors in compute_dtype(), or int8 codes with their per-dimension scales (``scales``: fine's, coarse's).
-    """
+    Float tensors in compute_dtype(), or int8 codes with their per-dimension scales (``scales``: fine's, coarse's)."""
 
     fine: Any
     coarse: Any
@@ -211,12 +203,10 @@ class _Segment(NamedTuple):
 class CentroidIndex(CandidateIndex):
     """``[n_docs, n_centroids, dim]`` centroid summaries scored by late interaction, held as torch tensors.
 
-    The summaries live in *segments*: the one opened from the cache is a
-    memory map of its files (pages come from the OS page cache, shared by
-    every reader of the folder, and nothing is loaded at open); documents
-    added since sit in a small in-memory segment until the next :meth:`save`.
-    Documents with fewer centroids than the index width repeat their last
-    centroid, which leaves their max unchanged (no zero padding).
+    The summaries live in *segments*: the one opened from the cache is a memory map of its files (pages come from
+    the OS page cache, shared by every reader of the folder, and nothing is loaded at open); documents added since
+    sit in a small in-memory segment until the next :meth:`save`. Documents with fewer centroids than the index
+    width repeat their last centroid, which leaves their max unchanged (no zero padding).
     """
 
     def __init__(self, n_centroids: int, dim: int) -> None:
@@ -232,6 +222,7 @@ class CentroidIndex(CandidateIndex):
         # elementwise maximum runs 1.8x faster than a max over a strided centroid axis.
         self._segments: list[_Segment] = []
         self._n_mapped = 0  # leading segments opened from a snapshot: never concatenated (that would copy them)
+        self._skipped: tuple[Collection[str], np.ndarray] | None = None  # the last ``skip`` asked for, as a slot mask
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -380,11 +371,13 @@ class CentroidIndex(CandidateIndex):
         return self.top_widened(query, n, allowed, rank=0, most=n)
 
     def top_widened(
-        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int
+        self, query: np.ndarray, n: int, allowed: set[str] | None = None, *, rank: int, most: int,
+        skip: Collection[str] | None = None,
     ) -> list[str]:
         """The best ``n``, or up to ``most`` when more lie within :func:`near_tie_margin` of the ``rank``-th best
-        estimate (``rank`` 0: exactly ``n``); over ``FULL_SCAN_MAX`` documents, a coarse pass shortlists first."""
-        found = self._best(query, n, allowed, rank, most)
+        estimate (``rank`` 0: exactly ``n``); over ``FULL_SCAN_MAX`` documents, a coarse pass shortlists first.
+        ``skip``: ids left out (scored with the rest, then dropped: cheaper than ``allowed``'s gather)."""
+        found = self._best(query, n, allowed, rank, most, skip)
         return [] if found is None else [self._ids[found[0][i]] for i in found[2]]
 
     def top_ranked(
@@ -410,11 +403,12 @@ class CentroidIndex(CandidateIndex):
         return [self._ids[rows[i]] for i in best], LazyIds(self._ids, rest, k - n)
 
     def _best(
-        self, query: np.ndarray, n: int, allowed: set[str] | None, rank: int, most: int
+        self, query: np.ndarray, n: int, allowed: set[str] | None, rank: int, most: int,
+        skip: Collection[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The slots estimated (:meth:`_estimates`), their estimates, and the positions of the best ``n`` among them
         (widened to the near-ties of the ``rank``-th best, up to ``most``), in no order; None when none are live."""
-        found = self._estimates(query, n, allowed)
+        found = self._estimates(query, n, allowed, skip)
         if found is None:
             return None
         rows, approx = found
@@ -424,18 +418,19 @@ class CentroidIndex(CandidateIndex):
         best = np.argpartition(-approx, n - 1)[:n] if n < rows.size else np.arange(rows.size)
         return rows, approx, best
 
-    def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
-        """The live slots within ``allowed`` worth estimating for a best ``n`` (all, or the coarse pass's shortlist
-        over ``FULL_SCAN_MAX``) and their 16-centroid estimates; None when there are none."""
+    def _estimates(self, query: np.ndarray, n: int, allowed: set[str] | None,
+                   skip: Collection[str] | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The live slots within ``allowed`` and not in ``skip`` worth estimating for a best ``n`` (all, or the coarse
+        pass's shortlist over ``FULL_SCAN_MAX``) and their 16-centroid estimates; None when there are none."""
         self._consolidate()
         if n <= 0 or not self._slot:
             return None
         live = self._live.copy()
         if allowed is not None:
-            mask = np.zeros_like(live)
-            slots = [s for s in (self._slot.get(d) for d in allowed) if s is not None]
-            mask[np.array(slots, dtype=np.int64)] = True
-            live &= mask
+            live &= self._mask(allowed)
+        if skip and (self._skipped is None or self._skipped[0] is not skip or self._skipped[1].size != live.size):
+            self._skipped = (skip, self._mask(skip))  # a view's set, asked again by every query
+        skipped = self._skipped[1] if skip and self._skipped is not None else None
         rows = np.flatnonzero(live)
         if rows.size == 0:
             return None
@@ -444,9 +439,18 @@ class CentroidIndex(CandidateIndex):
         shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_CANDIDATE * n)
         if self.coarse_width < self.n_centroids and rows.size > max(2 * shortlist, FULL_SCAN_MAX):
             approx = self._score(merged_query(q, COARSE_QUERY_ROWS), "coarse", None if every else rows)
+            approx[skipped[rows] if skipped is not None else []] = -np.inf
             rows = np.sort(rows[np.argpartition(-approx, shortlist - 1)[:shortlist]])
             every = False
-        return rows, self._score(q, "fine", None if every else rows)
+        approx = self._score(q, "fine", None if every else rows)
+        kept = slice(None) if skipped is None else ~skipped[rows]
+        return rows[kept], approx[kept]
+
+    def _mask(self, ids: Collection[str]) -> np.ndarray:
+        """``ids`` as a mask over slots."""
+        mask = np.zeros(self._live.size, dtype=bool)
+        mask[np.array([s for s in (self._slot.get(d) for d in ids) if s is not None], dtype=np.int64)] = True
+        return mask
 
 
 _SNAPSHOT_VERSION = 2

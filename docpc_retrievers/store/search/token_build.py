@@ -183,7 +183,9 @@ class TokenStageBuild:
         step = max(ADD_CHUNK, math.ceil(len(self.ids) / PUBLISHED_PARTS))
         if self._next < len(self.ids) and self.tokens.trained and len(self.tokens) - self._published >= step:
             self._published = len(self.tokens)
-            self.partial = self.tokens.view(self._published / len(self.ids))
+            partial = self.tokens.view(self._published / len(self.ids))
+            partial.covered = partial.covered - self.touched  # changed since they were read: the summaries find them
+            self.partial = partial
 
     def _finished(self) -> None:
         if self._finished_at is not None:

@@ -101,6 +101,8 @@ class TokenIndex(CandidateIndex):
         self.changed = False
         """Documents added or removed since the index was last saved or loaded (a save rewrites every list)."""
         self.coverage = 1.0  # below 1 for a view of a build under way (:meth:`view`)
+        self.covered: frozenset[str] = frozenset()
+        """A view's documents (:meth:`view`): a caller finds the rest of the store elsewhere."""
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -158,7 +160,7 @@ class TokenIndex(CandidateIndex):
         view._ids, view._slot, view._dead = list(self._ids), dict(self._slot), set(self._dead)
         view._base, view._frozen, view._trained = self._base, list(self._frozen), self._trained
         view._delta = faiss.deserialize_index(self._trained)  # empty: its quantizer places the query tokens
-        view.trained_on, view.coverage = self.trained_on, coverage
+        view.trained_on, view.coverage, view.covered = self.trained_on, coverage, frozenset(view._slot)
         return view
 
     def remove(self, ids: Iterable[str]) -> None:

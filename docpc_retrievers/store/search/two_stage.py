@@ -270,10 +270,13 @@ class TwoStageSearch:
         def widest(count: int) -> int:  # near-ties within the rest of the cap
             return max(count, NEAR_TIE_FACTOR * self.n_candidates - (n - count))
 
-        def summaries(count: int) -> list[str]:
-            if explicit or top_k <= 0:
-                return self.first_stage.top(q, count, allowed)
-            return self.first_stage.top_widened(q, count, allowed, rank=top_k, most=widest(count))
+        def summaries(count: int, skip: Collection[str] | None = None) -> list[str]:
+            plain = explicit or top_k <= 0
+            if skip is None:  # (a backend written before ``skip`` is asked as before)
+                return self.first_stage.top(q, count, allowed) if plain else self.first_stage.top_widened(
+                    q, count, allowed, rank=top_k, most=widest(count))
+            return self.first_stage.top_widened(q, count, allowed, rank=0 if plain else top_k,
+                                                most=count if plain else widest(count), skip=skip)
 
         short = q.shape[0] <= TOKEN_STAGE_MAX_TOKENS
         grouped = heavy is not None and len(heavy) > 0 and not short and not explicit
@@ -282,7 +285,8 @@ class TwoStageSearch:
         partial = tokens is not None and tokens.coverage < 1  # a build under way: its part of the store so far
         if tokens is None or (short and partial):
             wide = short and not explicit  # the summaries rank a short query's best poorly: more of them
-            best = summaries(max(n, NO_TOKEN_STAGE_SHORT_FACTOR * self.n_candidates) if wide else n)
+            skip = tokens.covered if tokens is not None else None  # a partial stage's own: the summaries rank the rest
+            best = summaries(max(n, NO_TOKEN_STAGE_SHORT_FACTOR * self.n_candidates) if wide else n, skip)
             if tokens is None:
                 return _Candidates(best)
             # The built part's best, as many as the whole token stage would keep from so large a share of the store.
