@@ -95,8 +95,8 @@ def main() -> None:
     try:
         t = time.perf_counter()
         store = MultiVectorStore(store_path)
-        store.count()
-        print(f"open {time.perf_counter() - t:.2f} s, {store.count()} documents", flush=True)
+        documents = store.count()  # the first call opens the store
+        print(f"open {time.perf_counter() - t:.2f} s, {documents} documents", flush=True)
         started = time.perf_counter()
         store.search(sets["short"][0], top_k=10)
         print(f"first short query {1000 * (time.perf_counter() - started):.0f} ms, token stage {store.token_stage}",

@@ -66,11 +66,11 @@ class TokenStageBuild:
         """Called with (documents added, documents listed) after each add (a progress bar's callback)."""
         self.label, self.position = label, position
         self.saved = False
+        """Whether ``persist`` saved the finished index (as built: before the ``touched`` changes)."""
         self.partial: TokenIndex | None = None
         """What the background thread had added when it last published (``PUBLISHED_PARTS``), for queries to search
         meanwhile; None before the first."""
         self._published = 0  # documents in ``partial``
-        """Whether ``persist`` saved the finished index (as built: before the ``touched`` changes)."""
         self._read, self._lock, self._done, self._persist = read, lock, done, persist
         self._finished_at: float | None = None
         self._next = 0  # ids[:_next] are read

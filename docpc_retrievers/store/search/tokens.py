@@ -100,7 +100,6 @@ class TokenIndex(CandidateIndex):
         self._sizes: np.ndarray | None = None  # vectors per list, mapped and added (None: count again)
         self.changed = False
         """Documents added or removed since the index was last saved or loaded (a save rewrites every list)."""
-        self.coverage = 1.0  # below 1 for a view of a build under way (:meth:`view`)
         self.covered: frozenset[str] = frozenset()
         """A view's documents (:meth:`view`): a caller finds the rest of the store elsewhere."""
 

@@ -112,9 +112,10 @@ summaries' share doubled (``SHORT_SUMMARY_FACTOR``), which finds what the fewer 
 NO_TOKEN_STAGE_SHORT_FACTOR = 16
 """A short query with no token stage (being built in the background, or no faiss) takes this many times
 ``n_candidates`` from the summaries instead (unless the caller gave the count); during a build, from the documents
-the part built so far does not hold, beside that part's share of ``SHORT_QUERY_FACTOR`` (token_build.py). 100k benchmark store, the run's 20 short
-queries, share of the exact top 10 / p50 unloaded on the AVX2 machine: 1,024 candidates 0.545 / 187 ms, 2,048 0.570 /
-220 ms, 4,096 0.710 / 264 ms, 8,192 0.885 / 398 ms; with the token stage 1.000 / 262 ms (docs/store.md)."""
+the part built so far does not hold, beside that part's share of ``SHORT_QUERY_FACTOR`` (token_build.py). 100k
+benchmark store, the run's 20 short queries, share of the exact top 10 / p50 unloaded on the AVX2 machine: 1,024
+candidates 0.545 / 187 ms, 2,048 0.570 / 220 ms, 4,096 0.710 / 264 ms, 8,192 0.885 / 398 ms; with the token stage
+1.000 / 262 ms (docs/store.md)."""
 SHORT_SUMMARY_FACTOR = 2
 """A short query takes the summaries' best this many times ``n_candidates`` beside the token stage's, ranked on all 16
 centroids of every document up to ``centroids.FULL_SCAN_MAX`` (the coarse pass first above it). Share of the exact top
