@@ -338,3 +338,35 @@ def test_queries_during_a_background_build_take_candidates_from_the_part_built_s
         _wait(reader, view._build)
         assert reader.token_stage == "ready" and len(view.tokens) == N  # type: ignore[arg-type]
         assert not view.tokens._frozen  # type: ignore[union-attr]  (saved and mapped back as one index)
+
+
+def test_a_document_replaced_after_its_part_was_handed_to_queries_is_found_by_its_new_vectors(
+    tmp_path: Path, held_after_publish: threading.Event
+) -> None:
+    docs, ids = _docs(N, seed=9), _ids(N)
+    _store_without_cache(tmp_path / "s", docs, ids)
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
+        reader.search(_short_query(docs[0]), top_k=3)  # starts the build
+        view = reader._view
+        assert view is not None and view._build is not None
+        for _ in range(600):
+            if view._build.partial is not None:
+                break
+            threading.Event().wait(0.05)
+        partial = view._token_stage()
+        assert partial is not None and 0 < partial.coverage < 1
+        old = partial.covered
+        replaced = sorted(old)[3]
+        new_doc = _docs(1, seed=10)[0]  # other vectors under the same id
+        with MultiVectorStore(tmp_path / "s", writable=True) as writer:  # another process in real life
+            writer.add([replaced], [new_doc], [{}])
+        reader.refresh()
+        assert replaced in view._build.touched
+        assert partial.covered == old - {replaced} and partial.covered is not old  # a new set: a new skip mask
+        q = _short_query(new_doc)
+        assert replaced not in _short_top(partial, q, 4, None)  # the part holds its old vectors only
+        assert replaced in view.search.candidates(q, 4, None)  # the summaries rank its new ones
+        assert reader.search(q, top_k=1)[0].id == replaced
+        held_after_publish.set()
+        _wait(reader, view._build)
+        assert reader.token_stage == "ready" and replaced in view.search.candidates(q, 4, None)

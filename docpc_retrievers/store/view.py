@@ -280,7 +280,7 @@ class StoreView:
 
     def _touched(self, ids: Sequence[str]) -> None:
         if self._build is not None:
-            self._build.touched.update(ids)
+            self._build.touch(ids)
 
     def _stored_vectors(self, ids: Sequence[str]) -> tuple[list[str], list[np.ndarray]]:
         """The float32 vectors of those of ``ids`` still stored, with their ids."""

@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,8 @@ class TokenStageBuild:
         self.tokens = TokenIndex(dim)
         self.ids = [ids[i] for i in np.random.default_rng(0).permutation(len(ids))]
         self.touched: set[str] = set()
-        """Ids added, replaced or removed since the build listed its ids: applied when it is handed over."""
+        """Ids added, replaced or removed since the build listed its ids (:meth:`touch`): applied when it is handed
+        over."""
         self.error: BaseException | None = None
         self.on_progress: Callable[[int, int], None] | None = None
         """Called with (documents added, documents listed) after each add (a progress bar's callback)."""
@@ -77,8 +78,18 @@ class TokenStageBuild:
         self._read_ids: list[str] = []  # read, not yet added
         self._read_vectors: list[np.ndarray] = []
         self._stop = threading.Event()
+        self._views = threading.Lock()  # ``touched`` and ``partial`` read together by the thread, set by writers
         self._thread: threading.Thread | None = None
         self._started = time.perf_counter()
+
+    def touch(self, ids: Collection[str]) -> None:
+        """Record ``ids`` as changed (added, replaced or removed) since the build listed its ids. The part handed to
+        queries keeps their old vectors; it stops covering them, so the summaries rank their current ones."""
+        with self._views:
+            self.touched.update(ids)
+            partial = self.partial
+            if partial is not None and not partial.covered.isdisjoint(ids):
+                partial.covered = partial.covered.difference(ids)  # a new set: the summaries' skip mask follows it
 
     @property
     def progress(self) -> tuple[int, int]:
@@ -184,8 +195,9 @@ class TokenStageBuild:
         if self._next < len(self.ids) and self.tokens.trained and len(self.tokens) - self._published >= step:
             self._published = len(self.tokens)
             partial = self.tokens.view(self._published / len(self.ids))
-            partial.covered = partial.covered - self.touched  # changed since they were read: the summaries find them
-            self.partial = partial
+            with self._views:  # changed since they were read, or from now on (touch): the summaries find them
+                partial.covered = partial.covered - self.touched
+                self.partial = partial
 
     def _finished(self) -> None:
         if self._finished_at is not None:
