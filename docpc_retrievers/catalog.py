@@ -1,21 +1,26 @@
 """What a store holds, named the ways users name documents: by id, by source path, by folder, by filter.
 
 Used by :class:`~docpc_retrievers.index.DocPCIndex` for ``delete``, ``documents`` and the
-``docpc list`` / ``docpc delete`` commands; reads page by page so a large store is never loaded whole.
+``docpc list`` / ``docpc delete`` commands; reads page by page so a large store is never loaded whole. A filter that
+matches nothing is explained from the keys and values the store holds (``no_match_reason``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.documents.discovery import under_roots
+from docpc_retrievers.documents.user_metadata import BUILTIN_KEYS, user_part
+from docpc_retrievers.filters import check_where, filter_keys
 from docpc_retrievers.results import SearchResult
 from docpc_retrievers.store.multivector import MultiVectorStore
 
-__all__ = ["documents", "resolve_ids"]
+__all__ = ["documents", "no_match_reason", "resolve_ids"]
 
 
 def resolve_ids(
@@ -48,3 +53,52 @@ def documents(store: MultiVectorStore, where: Mapping[str, Any] | None = None, *
     """Every stored document (or those matching a Chroma ``where`` filter) as results with score 0, lazily."""
     for doc in store.iter_documents(where, page=page):
         yield SearchResult.from_metadata(doc.id, 0.0, 0, doc.metadata)
+
+
+_VALUES_SHOWN = 5
+"""Most common values of a key a no-match reason shows."""
+_VALUES_COUNTED = 10_000
+"""Distinct values counted per key (a key unique to every document would otherwise hold the store's size)."""
+
+
+def _count_values(counter: Counter[str], value: Any) -> None:
+    for v in value if isinstance(value, list) else [value]:
+        text = json.dumps(v, ensure_ascii=False)
+        if text in counter or len(counter) < _VALUES_COUNTED:
+            counter[text] += 1
+
+
+def no_match_reason(store: MultiVectorStore, where: Mapping[str, Any]) -> str:
+    """Why ``where`` may match no stored document, from one read of every record's metadata: the keys it names that
+    no document has (with the keys there are), and the values the others take (a typo in a value, a number stored as
+    text). Meant for the moment a filter matched nothing: it reads the whole store page by page."""
+    where = check_where(where) or {}
+    named = filter_keys(where)
+    values: dict[str, Counter[str]] = {key: Counter() for key in named}
+    users: Counter[str] = Counter()
+    having: Counter[str] = Counter()
+    total = 0
+    for doc in store.iter_documents():
+        total += 1
+        users.update(user_part(doc.metadata).keys())
+        for key in named:
+            if doc.metadata.get(key) is not None:
+                having[key] += 1
+                _count_values(values[key], doc.metadata[key])
+    if not total:
+        return "the store holds no documents"
+    mine = ", ".join(f"{k} ({n})" for k, n in users.most_common()) or "none"
+    lines = [f"the filter {json.dumps(where, ensure_ascii=False)} matches none of the {total} stored documents"]
+    absent = [key for key in named if not values[key]]
+    if absent:
+        lines.append(
+            f"no document has {'the key' if len(absent) == 1 else 'the keys'} {', '.join(repr(k) for k in absent)}; "
+            f"your keys in this store (documents): {mine}; the library's: {', '.join(sorted(BUILTIN_KEYS))}"
+        )
+    for key in named:
+        if values[key]:
+            common = ", ".join(f"{text} ({n})" for text, n in values[key].most_common(_VALUES_SHOWN))
+            more = len(values[key]) - _VALUES_SHOWN
+            lines.append(f"{key!r} takes {common}{f' and {more} other values' if more > 0 else ''} "
+                         f"in the {having[key]} of {total} documents that have it (strings match exactly, case included)")
+    return "; ".join(lines[:1]) + ("\n  " + "\n  ".join(lines[1:]) if len(lines) > 1 else "")

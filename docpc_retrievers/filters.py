@@ -13,7 +13,7 @@ from typing import Any
 
 from docpc_retrievers.errors import InvalidFilterError
 
-__all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "check_where"]
+__all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "check_where", "filter_keys"]
 
 COMPARISON_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$not_contains")
 LOGICAL_OPERATORS = ("$and", "$or")
@@ -74,3 +74,20 @@ def check_where(where: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def _unserialisable(value: Any) -> Any:
     raise InvalidFilterError(f"filter value {value!r} of type {type(value).__name__} cannot be used in a filter")
+
+
+def filter_keys(where: Mapping[str, Any] | None) -> list[str]:
+    """The metadata keys a filter names, in order, once each (inside ``$and`` / ``$or`` too)."""
+    keys: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if isinstance(key, str) and key in LOGICAL_OPERATORS and isinstance(value, list):
+                    for item in value:
+                        walk(item)
+                elif isinstance(key, str) and not key.startswith("$"):
+                    keys.append(key)
+
+    walk(where or {})
+    return list(dict.fromkeys(keys))

@@ -12,7 +12,7 @@ from docpc_retrievers import DocPCError, DocPCIndex, InvalidFilterError
 from docpc_retrievers.cli.app import main
 from docpc_retrievers.cli.search import page_ranges
 from docpc_retrievers.encoders import ColPaliEncoder
-from docpc_retrievers.filters import check_where
+from docpc_retrievers.filters import check_where, filter_keys
 
 
 pytestmark = pytest.mark.usefixtures("fresh_chroma")
@@ -73,6 +73,38 @@ def test_cli_filter_typo_is_a_usage_error_before_loading(
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert "unknown operator '$gtee'" in err and "unexpected" not in err
+
+
+def test_filter_keys_are_found_inside_logical_operators() -> None:
+    where = {"$and": [{"a": 1}, {"$or": [{"b": {"$in": [1, 2]}}, {"a": {"$ne": 2}}]}]}
+    assert filter_keys(where) == ["a", "b"] and filter_keys(None) == [] and filter_keys({"c": "x"}) == ["c"]
+
+
+def test_a_filter_that_matches_nothing_says_why(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(3):
+        make_pdf(tmp_path / "docs" / f"m{i}.pdf", f"mistake document {i}", 1)
+    mine = {"m0.pdf": {"dept": "legal"}, "m1.pdf": {"dept": "legal"}, "m2.pdf": {"dept": "tax", "year": 2024}}
+    with DocPCIndex.from_pdfs([tmp_path / "docs"], tmp_path / "store", encoder=tiny_encoder, workers=0,
+                              metadata=lambda path: mine[path.name]) as index:
+        assert index.info()["metadata_keys"] == {"dept": 3, "year": 1}
+    store = str(tmp_path / "store")
+    assert main(["info", "--store", store]) == 0
+    assert "metadata     your keys (documents): dept (3), year (1)" in capsys.readouterr().out
+    assert main(["list", "--store", store, "--where", '{"dpt": "legal"}']) == 0  # a typo in a key
+    err = capsys.readouterr().err
+    assert "matches none of the 3 stored documents" in err and "no document has the key 'dpt'" in err
+    assert "dept (3), year (1)" in err and "total_pages" in err  # the user's keys, then the library's
+    assert main(["search", "mistake", "--store", store, "--where", '{"dept": "Legal"}']) == 0  # a value's case
+    out, err = capsys.readouterr()
+    assert "no results" in out and "'dept' takes \"legal\" (2), \"tax\" (1) in the 3 of 3 documents" in err
+    assert "no document has" not in err
+    assert main(["delete", "--store", store, "--where", '{"year": "2024"}']) == 1  # a number given as text
+    err = capsys.readouterr().err
+    assert "no stored document matches" in err and "'year' takes 2024 (1) in the 1 of 3 documents" in err
+    assert main(["list", "--store", store, "--where", '{"dept": "tax"}']) == 0  # a match: nothing to explain
+    assert "matches none" not in capsys.readouterr().err
 
 
 def test_show_takes_where(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

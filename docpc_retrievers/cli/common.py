@@ -23,6 +23,7 @@ __all__ = [
     "add_store_options",
     "emit",
     "encoder_options",
+    "explain_no_match",
     "grid_shape_arg",
     "non_negative_float",
     "non_negative_int",
@@ -175,3 +176,12 @@ def warm_store(store: Any, show_progress: bool) -> dict[str, Any]:
     """``MultiVectorStore.warm`` with a bar for the vectors fetched and one for the token stage built."""
     with counting_bar("fetching vectors", show_progress) as fetched, counting_bar("token stage", show_progress) as built:
         return dict(store.warm(fetched, built))
+
+
+def explain_no_match(store: Any, where: dict[str, Any] | None) -> None:
+    """After a ``--where`` matched nothing: why, on stderr (the keys no document has, the values the others take)."""
+    if where is None:
+        return
+    from docpc_retrievers.catalog import no_match_reason
+
+    print(f"docpc: {no_match_reason(store, where)}", file=sys.stderr)

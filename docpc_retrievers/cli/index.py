@@ -190,6 +190,7 @@ def run_index(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     """``docpc delete``: 1 when nothing matched."""
+    from docpc_retrievers.catalog import no_match_reason
     from docpc_retrievers.index import DocPCIndex
 
     where = parse_where(args.where)
@@ -199,6 +200,7 @@ def run_delete(args: argparse.Namespace) -> int:
     with DocPCIndex(args.store, writable=True, **store_kwargs(args)) as index:
         ids = index.resolve_ids(args.targets, where=where)
         deleted = index.delete(ids)
+        reason = None if ids or where is None else no_match_reason(index.store, where)
     if args.json:
         emit({"deleted": deleted, "ids": ids})
     else:
@@ -206,5 +208,7 @@ def run_delete(args: argparse.Namespace) -> int:
     if deleted == 0:
         what = ", ".join([*args.targets, *([f"--where {args.where}"] if where is not None else [])])
         print(f"docpc: no stored document matches {what}", file=sys.stderr)
+        if reason:
+            print(f"docpc: {reason}", file=sys.stderr)
         return EXIT_FATAL
     return EXIT_OK

@@ -12,6 +12,7 @@ from docpc_retrievers.cli.common import (
     add_store_options,
     emit,
     encoder_options,
+    explain_no_match,
     parse_where,
     positive_int,
     store_kwargs,
@@ -101,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             password=args.password,
             candidates=args.candidates,
         )
+        if not results:
+            explain_no_match(index.store, where)
     if args.json:
         emit([r.to_dict() for r in results])
         return EXIT_OK

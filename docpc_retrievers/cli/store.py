@@ -13,6 +13,7 @@ from docpc_retrievers.cli.common import (
     add_store_options,
     counting_bar,
     emit,
+    explain_no_match,
     parse_where,
     require_store,
     store_kwargs,
@@ -105,6 +106,8 @@ def info_text(info: dict[str, Any]) -> str:
         ("on disk", f"{_size(info.get('bytes_on_disk'))} ({_size(per_doc.get('on_disk'))} per document; "
          f"cache {_size(info.get('bytes_cache'))}, grid previews {_size(info.get('bytes_grid_images'))})"),
         ("token stage", _TOKEN_STAGE.get(str(info.get("token_stage")))),
+        ("metadata", "your keys (documents): " + (", ".join(f"{k} ({n})" for k, n in (info.get("metadata_keys") or {}).items())
+                                                  or "none")),
         ("page cache", f"{info.get('page_cache_pages', 0)} pages, {_size(info.get('page_cache_bytes'))}"),
     ]
     width = max(len(k) for k, v in lines if v not in (None, ""))
@@ -157,6 +160,8 @@ def run_list(args: argparse.Namespace) -> int:
             pages = f"{doc.total_pages} page{'' if doc.total_pages == 1 else 's'}"
             print(f"{doc.id}  {row['indexed_at'] or '-':<25}  {pages:>9}  {doc.title or '-'}")
             print(f"    {doc.source}{'  (missing)' if missing else ''}{'  ' + extra if extra else ''}")
+        if not count and not args.missing:
+            explain_no_match(index.store, where)
     if args.json:
         emit(rows)
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -27,6 +28,7 @@ __all__ = [
     "UserMetadata",
     "check_user_metadata",
     "load_meta_file",
+    "metadata_keys",
     "parse_meta_option",
     "resolve_user_metadata",
     "user_part",
@@ -187,3 +189,12 @@ def resolve_user_metadata(
 def user_part(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The user's keys of a stored record's public metadata (everything the library did not write)."""
     return {k: v for k, v in metadata.items() if k not in BUILTIN_KEYS and not k.startswith("_") and v is not None}
+
+
+def metadata_keys(metadatas: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The users' own keys over stored records' metadata (the library's left out) with how many documents have
+    each, most common first."""
+    counts: Counter[str] = Counter()
+    for metadata in metadatas:
+        counts.update(user_part(metadata).keys())
+    return dict(counts.most_common())

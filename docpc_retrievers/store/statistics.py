@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from docpc_retrievers.documents.user_metadata import metadata_keys
 from docpc_retrievers.encoders.identity import ModelIdentity
 
 __all__ = ["bytes_by_part", "bytes_under", "describe"]
@@ -42,7 +43,8 @@ def describe(
     identity = ModelIdentity.from_settings(encoder)
     index = recorded.get("index") or dict(settings)
     docs = store.count()
-    parts = store.bytes_by_part()
+    records = store.engine.records(include_summary=True)  # read once: bytes by part and the users' keys
+    parts = bytes_by_part(records)
     on_disk = store.bytes_on_disk()
     per_doc = {k: (round(v / docs) if docs else 0) for k, v in parts.items()}
     return {
@@ -72,6 +74,7 @@ def describe(
         "pool_factor": index.get("pool_factor"),
         "grid_previews": bool(index.get("grid_previews", True)) if index.get("mode", "grid") == "grid" else None,
         "token_stage": store.token_stage,
+        "metadata_keys": metadata_keys(records.values()),
         "page_cache_pages": page_cache.get("pages", 0),
         "page_cache_bytes": page_cache.get("bytes", 0),
     }
