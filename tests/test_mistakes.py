@@ -100,6 +100,8 @@ def test_a_filter_that_matches_nothing_says_why(
     out, err = capsys.readouterr()
     assert "no results" in out and "'dept' takes \"legal\" (2), \"tax\" (1) in the 3 of 3 documents" in err
     assert "no document has" not in err
+    assert main(["show", "mistake", "--store", store, "--where", '{"dept": "Legal"}', "--out", str(tmp_path / "r.html")]) == 0
+    assert "'dept' takes \"legal\" (2)" in capsys.readouterr().err
     assert main(["delete", "--store", store, "--where", '{"year": "2024"}']) == 1  # a number given as text
     err = capsys.readouterr().err
     assert "no stored document matches" in err and "'year' takes 2024 (1) in the 1 of 3 documents" in err

@@ -12,6 +12,7 @@ from docpc_retrievers.cli.common import (
     add_store_options,
     emit,
     encoder_options,
+    explain_no_match,
     parse_where,
     positive_int,
     store_kwargs,
@@ -49,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     where = parse_where(args.where)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
         results = index.search(args.query, args.top_k, filters=where, rerank=args.rerank, password=args.password)
+        if not results:
+            explain_no_match(index.store, where)
         explained = [r.explain(top_pages=args.pages, dpi=args.dpi, password=args.password) for r in results]
         model = index.model
     written: list[str] = []
