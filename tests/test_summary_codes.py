@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from docpc_retrievers.store.search import centroids as candidates
-from docpc_retrievers.store.search import summary_codes
+from docpc_retrievers.store.search import summary_codes, summary_storage
 from docpc_retrievers.store.search.centroids import CentroidIndex
 from docpc_retrievers.store.search.summary_codes import (
     decode,
@@ -66,7 +66,7 @@ def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monk
     summaries = np.transpose(_summaries(300), (1, 0, 2))
     index = CentroidIndex(16, DIM)
     index.add_block([f"d{i}" for i in range(300)], summaries)
-    monkeypatch.setattr(candidates, "_INT8_FASTER", False)  # what a version-1 save wrote: floats
+    monkeypatch.setattr(summary_storage, "_INT8_FASTER", False)  # what a version-1 save wrote: floats
     monkeypatch.setattr(candidates, "_SNAPSHOT_VERSION", 1)
     index.save(tmp_path / "fs")
     meta_file = next((tmp_path / "fs").glob("snap-*/meta.json"))
@@ -77,7 +77,7 @@ def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monk
     assert old.load(tmp_path / "fs") is not None and len(old) == 300
     query = _unit(summaries[7, :5] + 0.05 * rng.standard_normal((5, DIM)))
     assert old.top(query, 1) == ["d7"]
-    monkeypatch.setattr(candidates, "_INT8_FASTER", True)
+    monkeypatch.setattr(summary_storage, "_INT8_FASTER", True)
     old.save(tmp_path / "fs")
     meta = json.loads(next((tmp_path / "fs").glob("snap-*/meta.json")).read_text())
     assert meta["version"] == candidates._SNAPSHOT_VERSION and meta["dtype"] == "int8" and len(meta["fine_scales"]) == DIM
@@ -89,7 +89,7 @@ def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monk
 
 def test_int8_segment_beside_added_float_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Documents added after opening an int8 snapshot are scored in float beside it, on one scale."""
-    monkeypatch.setattr(candidates, "_INT8_FASTER", True)
+    monkeypatch.setattr(summary_storage, "_INT8_FASTER", True)
     rng = np.random.default_rng(5)
     summaries = np.transpose(_summaries(200), (1, 0, 2))
     index = CentroidIndex(16, DIM)
@@ -105,3 +105,16 @@ def test_int8_segment_beside_added_float_documents(tmp_path: Path, monkeypatch: 
     exact = np.einsum("td,ncd->ntc", query, np.concatenate([summaries, planted[None], summaries[3:4]])).max(2).sum(1)
     assert fine.shape == (202,) and np.abs(fine - exact).max() < 0.02 * len(query)
     assert index.top(query, 1) == ["planted"]
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float32, torch.bfloat16])
+def test_take_rows_copies_the_rows_advanced_indexing_would(dtype: torch.dtype) -> None:
+    """numpy's row copies for int8 and float32, torch's index_select for bfloat16 (numpy has none): the same rows."""
+    mat = (torch.randn(3, 50, 8) * 40).to(dtype)
+    rows = np.array([0, 4, 5, 31, 49], dtype=np.int64)
+    got = summary_storage.take_rows(mat, rows)
+    assert got.dtype == dtype and torch.equal(got, mat[:, torch.from_numpy(rows)])
+    assert torch.equal(summary_storage.take_rows(mat[1], rows, axis=0), mat[1, torch.from_numpy(rows)])
+    before = mat.clone()
+    got.fill_(1)
+    assert torch.equal(mat, before)  # a copy, not a view

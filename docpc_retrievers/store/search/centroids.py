@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from docpc_retrievers.scoring.kernels import fastest, onednn_int8_available
 from docpc_retrievers.store.search.base import CandidateIndex, LazyIds
 from docpc_retrievers.store.search.snapshot import (
     new_snapshot,
@@ -40,12 +38,20 @@ from docpc_retrievers.store.search.summary_codes import (
     encode,
     late_interaction_int8,
 )
+from docpc_retrievers.store.search.summary_storage import (
+    NP_STORAGE,
+    compute_dtype,
+    dtype_name,
+    int8_is_faster,
+    late_interaction,
+    mapped,
+    storage_array,
+    take_rows,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "CentroidIndex", "coarsen", "compute_dtype", "document_centroids", "int8_is_faster", "merged_query", "near_tie_margin",
-]
+__all__ = ["CentroidIndex", "coarsen", "document_centroids", "merged_query", "near_tie_margin"]
 
 COARSE_WIDTH = 4
 """Centroids per document in the coarse pass over a large index."""
@@ -138,54 +144,6 @@ def coarsen(summaries: np.ndarray, width: int, *, iterations: int = 4) -> np.nda
     return merged.numpy()
 
 
-_COMPUTE_DTYPE: Any = None
-
-
-def compute_dtype() -> Any:
-    """bfloat16 where this CPU multiplies it fast (measured once), else float32.
-
-    Why: the first stage streams every summary each query. On CPUs with bfloat16 units it runs 2.3x faster than
-    float32 at half the memory; on others bfloat16 is emulated and slower, so the choice is measured, not assumed."""
-    global _COMPUTE_DTYPE
-    if _COMPUTE_DTYPE is None:
-        import torch
-
-        operands = {dtype: (torch.randn(65_536, 128).to(dtype), torch.randn(24, 128).to(dtype))
-                    for dtype in (torch.bfloat16, torch.float32)}
-        _COMPUTE_DTYPE = fastest({dtype: (lambda m=m, q=q: q @ m.T) for dtype, (m, q) in operands.items()})
-    return _COMPUTE_DTYPE
-
-
-_INT8_FASTER: bool | None = None
-
-
-def int8_is_faster() -> bool:
-    """Whether summaries are saved as int8 codes here rather than in compute_dtype().
-
-    Yes wherever torch has oneDNN's int8 products exact for the queries it is given (x86 builds; 7-bit queries on
-    CPUs without VNNI, where torch._int_mm alone is 15-31x slower): a snapshot's format should not hang on one noisy
-    timing (on the 2-core benchmark machine int8 won 27-31 ms to 37-41 ms, but a loaded moment can flip a measurement).
-    Elsewhere, measured once against the float scoring: where torch has no int8 product, or emulates it slowly,
-    summaries stay in float.
-    """
-    global _INT8_FASTER
-    if _INT8_FASTER is None:
-        if onednn_int8_available():
-            _INT8_FASTER = True
-            return True
-        import torch
-
-        gen = torch.Generator().manual_seed(0)
-        floats = torch.nn.functional.normalize(torch.randn(4, 16_384, 128, generator=gen), dim=2)
-        scales = dimension_scales(floats.abs().amax(dim=(0, 1)).numpy())
-        codes = torch.from_numpy(encode(floats, scales))
-        query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
-        mat, q = floats.to(compute_dtype()), torch.from_numpy(query).to(compute_dtype())
-        _INT8_FASTER = fastest({True: lambda: late_interaction_int8(query, codes, scales),
-                                False: lambda: _late_interaction(q, mat)}) is True
-    return _INT8_FASTER
-
-
 class _Segment(NamedTuple):
     """Centroid-major summaries of a run of slots: fine ``[n_centroids, n, dim]``, coarse ``[coarse_width, n, dim]``.
 
@@ -266,7 +224,7 @@ class CentroidIndex(CandidateIndex):
         self._consolidate()
         snap = new_snapshot(folder)
         rows = np.flatnonzero(self._live)
-        dtype = "int8" if int8_is_faster() else _dtype_name(compute_dtype())
+        dtype = "int8" if int8_is_faster() else dtype_name(compute_dtype())
         meta: dict[str, Any] = {"version": _SNAPSHOT_VERSION, "dtype": dtype, "n_centroids": self.n_centroids,
                                 "coarse_width": self.coarse_width, "dim": self.dim}
         for level, width in (("fine", self.n_centroids), ("coarse", self.coarse_width)):
@@ -276,10 +234,10 @@ class CentroidIndex(CandidateIndex):
                     peaks = np.maximum(peaks, self._gather(level, c, rows).abs().amax(dim=0).numpy())
                 scales = dimension_scales(peaks)
                 meta[f"{level}_scales"] = scales.tolist()
-            out = np.memmap(snap / f"{level}.bin", dtype=_NP_STORAGE[dtype], mode="w+", shape=(width, rows.size, self.dim))
+            out = np.memmap(snap / f"{level}.bin", dtype=NP_STORAGE[dtype], mode="w+", shape=(width, rows.size, self.dim))
             for c in range(width):  # one centroid slab at a time: memory stays at one slab
                 slab = self._gather(level, c, rows)
-                out[c] = encode(slab, scales) if dtype == "int8" else _storage(slab.to(compute_dtype()))
+                out[c] = encode(slab, scales) if dtype == "int8" else storage_array(slab.to(compute_dtype()))
             out.flush()
             del out
         publish_snapshot(snap, [self._ids[i] for i in rows], meta, extras)
@@ -294,7 +252,7 @@ class CentroidIndex(CandidateIndex):
             ):
                 return None
             n = len(ids)
-            levels = [_mapped(snap / f"{lv}.bin", meta["dtype"], (w, n, self.dim))
+            levels = [mapped(snap / f"{lv}.bin", meta["dtype"], (w, n, self.dim))
                       for lv, w in (("fine", self.n_centroids), ("coarse", self.coarse_width))]
             scales = None
             if meta["dtype"] == "int8":
@@ -341,7 +299,7 @@ class CentroidIndex(CandidateIndex):
             n = mat.shape[1]
             local = rows[(rows >= offset) & (rows < offset + n)] - offset
             if local.size:
-                slab = mat[c, torch.from_numpy(local)]
+                slab = take_rows(mat[c], local, axis=0)
                 parts.append(slab.float() if scales is None else decode(slab, scales))
             offset += n
         return torch.cat(parts) if parts else torch.zeros((0, self.dim), dtype=torch.float32)
@@ -359,9 +317,9 @@ class CentroidIndex(CandidateIndex):
             offset += n
             if local is not None and local.size == 0:
                 continue
-            part = mat if local is None or local.size == n else mat[:, torch.from_numpy(local)]
+            part = mat if local is None or local.size == n else take_rows(mat, local)
             if scales is None:
-                out.append(_late_interaction(torch.from_numpy(np.asarray(query, dtype=np.float32)).to(mat.dtype), part))
+                out.append(late_interaction(torch.from_numpy(np.asarray(query, dtype=np.float32)).to(mat.dtype), part))
             else:
                 out.append(late_interaction_int8(query, part, scales))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
@@ -456,45 +414,3 @@ class CentroidIndex(CandidateIndex):
 _SNAPSHOT_VERSION = 2
 """2: int8 codes (``dtype`` "int8", with per-dimension scales) where this CPU scores them faster; 1: float only."""
 _READABLE = (1, 2)
-_NP_STORAGE = {"bfloat16": np.uint16, "float32": np.float32, "int8": np.int8}
-
-
-def _dtype_name(dtype: Any) -> str:
-    return "bfloat16" if "bfloat16" in str(dtype) else "float32"
-
-
-def _storage(t: Any) -> np.ndarray:
-    """A torch tensor as numpy storage: raw 16-bit patterns for bfloat16 (numpy has none), else float32."""
-    import torch
-
-    if t.dtype == torch.bfloat16:
-        return t.contiguous().view(torch.int16).numpy().view(np.uint16)
-    return t.float().numpy()
-
-
-def _mapped(path: Path, dtype: str, shape: tuple[int, int, int]) -> Any:
-    """A read-only memory map of a saved level as a torch tensor in the compute dtype (copied only if it differs)."""
-    import torch
-
-    mm = np.memmap(path, dtype=_NP_STORAGE[dtype], mode="r", shape=shape) if shape[1] else np.zeros(shape, _NP_STORAGE[dtype])
-    with warnings.catch_warnings():  # read-only memory: torch warns that writes would fail; nothing writes
-        warnings.simplefilter("ignore", UserWarning)
-        t = torch.from_numpy(mm.view(np.int16) if dtype == "bfloat16" else mm)
-    if dtype == "int8":  # scored as codes wherever it is read (summary_codes.py)
-        return t
-    if dtype == "bfloat16":
-        t = t.view(torch.bfloat16)
-    if t.dtype != compute_dtype():
-        logger.info("first stage saved as %s, this CPU computes in %s: loading it into memory", dtype, compute_dtype())
-        t = t.to(compute_dtype())
-    return t
-
-
-def _late_interaction(q: Any, summaries: Any) -> np.ndarray:
-    """``sum_t max_c <q_t, summary_c>`` for torch ``q [t, dim]`` against centroid-major ``[c, docs, dim]`` -> ``[docs]``."""
-    import torch
-
-    best = summaries[0] @ q.T  # [docs, t]: documents as the long side ran 1.5x faster than [t, docs] (bfloat16)
-    for slab in summaries[1:]:
-        torch.maximum(best, slab @ q.T, out=best)
-    return best.float().sum(dim=1).numpy()

@@ -123,7 +123,7 @@ def _fast_dtype() -> object:
         import torch
 
         from docpc_retrievers.scoring.kernels import fastest
-        from docpc_retrievers.store.search.centroids import compute_dtype
+        from docpc_retrievers.store.search.summary_storage import compute_dtype
 
         rows = torch.randint(-127, 128, (65_536, 128), dtype=torch.int8)
         query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
