@@ -81,6 +81,12 @@ def test_renamed_model_folder_is_accepted_and_named_in_errors(built: tuple[Path,
             index.search("identity document", 2)
         message = str(caught.value)
         assert "fingerprint sha256:" in message and "--model DIR" in message and str(model) in message
+    with DocPCIndex(store, model=model) as index:  # the old path, given again: the store's model is named
+        with pytest.raises(ModelLoadError) as caught:
+            index.search("identity document", 2)
+        message = str(caught.value)
+        assert f"Model folder {str(model)!r} does not exist. This store was built with folder {model}" in message
+        assert "fingerprint sha256:" in message and "--model DIR" in message and "vidore" not in message
     with DocPCIndex(store, model=moved) as index:
         assert len(index.search("identity document", 2)) == 2
         info = index.info()

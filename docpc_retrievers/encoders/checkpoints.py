@@ -117,10 +117,14 @@ class _HubAccess:
         return self._resolved
 
 
+HOW_TO_FIX = "To use a local copy:"
+"""Where a message's advice on fetching a checkpoint begins (a store's loader replaces it with the store's model)."""
+
+
 def _how_to_fix(model: str) -> str:
     hub_id = model if not looks_like_path(model) and model.count("/") == 1 else DEFAULT_MODEL
     return (
-        "To use a local copy: on a machine with internet access run "
+        f"{HOW_TO_FIX} on a machine with internet access run "
         f"`hf download {hub_id} --local-dir DIR` (older huggingface_hub: `huggingface-cli download ...`), "
         "copy DIR here and pass it as the model (`--model DIR`, or ColPaliEncoder('DIR')); or populate the "
         "Hugging Face cache (HF_HOME) and set HF_HUB_OFFLINE=1. A PEFT adapter also needs its base model "

@@ -72,11 +72,18 @@ class EncoderLoader:
 
     def _load(self) -> Encoder:
         """The model asked for; else the store's: its hub id (local cache first when offline), then its path."""
+        from docpc_retrievers.encoders.checkpoints import HOW_TO_FIX
         from docpc_retrievers.encoders.colpali import ColPaliEncoder
 
-        if self._model is not None or not self._recorded():
+        if not self._recorded():
             return ColPaliEncoder(self.model, **self.options.kwargs())
         identity = ModelIdentity.from_settings(self._recorded())
+        if self._model is not None:
+            try:
+                return ColPaliEncoder(self._model, **self.options.kwargs())
+            except ModelLoadError as exc:  # a download hint for the default model would mislead: name the store's
+                raise ModelLoadError(f"{str(exc).split(HOW_TO_FIX)[0].rstrip(' .')}. This store was built with "
+                                     f"{_named(identity)}: {_remedy(identity)}") from exc
         tried: list[str] = []
         for candidate in identity.candidates():
             try:
@@ -84,13 +91,20 @@ class EncoderLoader:
             except ModelLoadError as exc:
                 logger.info("store model not loaded from %s: %s", candidate, exc)
                 tried.append(f"{candidate} ({_first_sentence(exc)})")
-        raise ModelLoadError(
-            f"the store's model ({identity.describe()}, family {identity.family or 'unknown'}, fingerprint "
-            f"{identity.fingerprint or identity.revision or 'unknown'}) cannot be loaded here; tried: "
-            f"{'; '.join(tried) or 'nothing recorded'}. Pass a copy of that checkpoint with --model DIR / model=DIR "
-            "(any path; its fingerprint must match)"
-            + (f", or make {identity.hub_id} available in the Hugging Face cache" if identity.hub_id else "")
-        )
+        remedy = _remedy(identity)
+        raise ModelLoadError(f"the store's model, {_named(identity)}, cannot be loaded here; tried: "
+                             f"{'; '.join(tried) or 'nothing recorded'}. {remedy[0].upper()}{remedy[1:]}")
+
+
+def _named(identity: ModelIdentity) -> str:
+    """The store's model for messages: where it came from, its family and fingerprint."""
+    return (f"{identity.describe()} (family {identity.family or 'unknown'}, fingerprint "
+            f"{identity.fingerprint or identity.revision or 'unknown'})")
+
+
+def _remedy(identity: ModelIdentity) -> str:
+    return ("pass a copy of that checkpoint with --model DIR / model=DIR (any path; its fingerprint must match)"
+            + (f", or make {identity.hub_id} available in the Hugging Face cache" if identity.hub_id else ""))
 
 
 def _first_sentence(exc: BaseException) -> str:
