@@ -144,6 +144,8 @@ def test_info_is_a_readable_block(store: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_search_output_counts_pages_and_labels_evidence(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "mistake", "--store", str(store), "-k", "2"]) == 0  # -k: --top-k's short form
+    assert sum(line[:4].strip().endswith(".") for line in capsys.readouterr().out.splitlines()) == 2
     assert main(["search", "mistake", "--store", str(store), "--top-k", "3"]) == 0
     out = capsys.readouterr().out
     assert "[1 page;" in out and "1 pages" not in out and "evidence (share of the grid score)" in out

@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("search", help="rank indexed documents for a query")
     p.add_argument("query", help="the query text")
     add_store_options(p)
-    p.add_argument("--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
+    p.add_argument("-k", "--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
     p.add_argument(
         "--aggregate", choices=AGGREGATES, help="page-mode stores only: MaxP (max, default), AvgP or SumP"

@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="explain why documents matched: heat over the grid, page crops, an HTML report")
     p.add_argument("query", help="the query text")
     add_store_options(p)
-    p.add_argument("--top-k", type=positive_int, default=5, help="hits to explain (default 5)")
+    p.add_argument("-k", "--top-k", type=positive_int, default=5, help="hits to explain (default 5)")
     p.add_argument("--where", help="explain the hits of a filtered search: a Chroma metadata filter (JSON)")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", type=Path, help="write one self-contained HTML report here")
