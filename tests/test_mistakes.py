@@ -3,6 +3,8 @@ readable output. The command line runs in this process here, so a model load can
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -146,8 +148,15 @@ def test_info_is_a_readable_block(store: Path, capsys: pytest.CaptureFixture[str
 def test_search_output_counts_pages_and_labels_evidence(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["search", "mistake", "--store", str(store), "-k", "2"]) == 0  # -k: --top-k's short form
     assert sum(line[:4].strip().endswith(".") for line in capsys.readouterr().out.splitlines()) == 2
+    assert main(["search", "mistake", "--store", str(store), "--top-k", "3", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
     assert main(["search", "mistake", "--store", str(store), "--top-k", "3"]) == 0
     out = capsys.readouterr().out
+    blocks = [b for b in re.split(r"(?m)^(?=\s*\d+\.\s)", out) if b.strip()]
+    assert len(blocks) == len(hits) == 3
+    for hit, block in zip(hits, blocks):  # what the shares leave is shown as such
+        rest = 1.0 - sum(e["share"] for e in hit["evidence_pages"])
+        assert (f"; {rest:.0%} on no page" in block) == (rest >= 0.05), (rest, block)
     assert "[1 page;" in out and "1 pages" not in out and "evidence (share of the grid score)" in out
     assert page_ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8" and page_ranges(list(range(1, 118))) == "1-117"
 

@@ -116,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
         if r.evidence_pages:
             if r.evidence_pages[0].share is not None:
                 shown = ", ".join(f"p{e.page} {e.share or 0.0:.0%}" for e in r.evidence_pages[:4])
+                rest = 1.0 - sum(e.share or 0.0 for e in r.evidence_pages)
+                if rest >= 0.05:  # matches on the prompt's tokens or an empty cell: shown, so the shares add up
+                    shown += f"; {rest:.0%} on no page (prompt tokens, empty cells)"
                 print(f"     evidence (share of the grid score): {shown}")
             else:
                 shown = ", ".join(f"p{e.page} {e.score or 0.0:.3f}" for e in r.evidence_pages[:4])
