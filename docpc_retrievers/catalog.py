@@ -73,6 +73,9 @@ def no_match_reason(store: MultiVectorStore, where: Mapping[str, Any]) -> str:
     no document has (with the keys there are), and the values the others take (a typo in a value, a number stored as
     text). Meant for the moment a filter matched nothing: it reads the whole store page by page."""
     where = check_where(where) or {}
+    matched = len(store.ids(where=where)) if where else store.count()
+    if matched:  # asked after all: nothing to explain
+        return f"the filter {json.dumps(where, ensure_ascii=False)} matches {matched} stored documents"
     named = filter_keys(where)
     values: dict[str, Counter[str]] = {key: Counter() for key in named}
     users: Counter[str] = Counter()
@@ -99,6 +102,7 @@ def no_match_reason(store: MultiVectorStore, where: Mapping[str, Any]) -> str:
         if values[key]:
             common = ", ".join(f"{text} ({n})" for text, n in values[key].most_common(_VALUES_SHOWN))
             more = len(values[key]) - _VALUES_SHOWN
+            exact = " (strings match exactly, case included)" if any(t.startswith('"') for t in values[key]) else ""
             lines.append(f"{key!r} takes {common}{f' and {more} other values' if more > 0 else ''} "
-                         f"in the {having[key]} of {total} documents that have it (strings match exactly, case included)")
+                         f"in the {having[key]} of {total} documents that have it{exact}")
     return "; ".join(lines[:1]) + ("\n  " + "\n  ".join(lines[1:]) if len(lines) > 1 else "")

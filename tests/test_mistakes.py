@@ -11,6 +11,7 @@ import pytest
 from e2e_helpers import clear_chroma_cache, make_pdf
 
 from docpc_retrievers import DocPCError, DocPCIndex, InvalidFilterError
+from docpc_retrievers.catalog import no_match_reason
 from docpc_retrievers.cli.app import main
 from docpc_retrievers.cli.search import page_ranges
 from docpc_retrievers.encoders import ColPaliEncoder
@@ -109,6 +110,11 @@ def test_a_filter_that_matches_nothing_says_why(
     assert "no stored document matches" in err and "'year' takes 2024 (1) in the 1 of 3 documents" in err
     assert main(["list", "--store", store, "--where", '{"dept": "tax"}']) == 0  # a match: nothing to explain
     assert "matches none" not in capsys.readouterr().err
+    with DocPCIndex(tmp_path / "store") as index:  # asked anyway, it says what matches
+        assert no_match_reason(index.store, {"dept": "legal"}) == 'the filter {"dept": "legal"} matches 2 stored documents'
+        reason = no_match_reason(index.store, {"$and": [{"year": {"$gt": 2030}}, {"dept": "tax"}]})
+        assert "'year' takes 2024 (1) in the 1 of 3 documents that have it\n" in reason + "\n"  # numbers: no case note
+        assert "'dept' takes \"legal\" (2), \"tax\" (1) in the 3 of 3 documents that have it (strings match" in reason
 
 
 def test_show_takes_where(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
