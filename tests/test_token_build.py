@@ -301,20 +301,25 @@ def held_after_publish(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Ev
     opened.set()
 
 
+def _first_view(reader: MultiVectorStore, doc: np.ndarray) -> tuple[StoreView, token_module.TokenIndex | None]:
+    """Start the build with a short query and wait until it hands queries its first view (held there)."""
+    reader.search(_short_query(doc), top_k=3)
+    view = reader._view
+    assert view is not None and view._build is not None
+    for _ in range(600):
+        if view._build.partial is not None:
+            break
+        threading.Event().wait(0.05)
+    return view, view._token_stage()
+
+
 def test_queries_during_a_background_build_take_candidates_from_the_part_built_so_far(
     tmp_path: Path, held_after_publish: threading.Event
 ) -> None:
     docs, ids = _docs(N, seed=8), _ids(N)
     _store_without_cache(tmp_path / "s", docs, ids)
     with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
-        reader.search(_short_query(docs[0]), top_k=3)  # starts the build
-        view = reader._view
-        assert view is not None and view._build is not None
-        for _ in range(600):
-            if view._build.partial is not None:
-                break
-            threading.Event().wait(0.05)
-        partial = view._token_stage()
+        view, partial = _first_view(reader, docs[0])
         assert reader.token_stage == "building" and view.tokens is None
         assert partial is view._build.partial and partial is not None and 0 < partial.coverage < 1
         assert partial.coverage == len(partial) / N
@@ -346,14 +351,7 @@ def test_a_document_replaced_after_its_part_was_handed_to_queries_is_found_by_it
     docs, ids = _docs(N, seed=9), _ids(N)
     _store_without_cache(tmp_path / "s", docs, ids)
     with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
-        reader.search(_short_query(docs[0]), top_k=3)  # starts the build
-        view = reader._view
-        assert view is not None and view._build is not None
-        for _ in range(600):
-            if view._build.partial is not None:
-                break
-            threading.Event().wait(0.05)
-        partial = view._token_stage()
+        view, partial = _first_view(reader, docs[0])
         assert partial is not None and 0 < partial.coverage < 1
         old = partial.covered
         replaced = sorted(old)[3]
