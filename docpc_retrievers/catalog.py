@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.documents.discovery import under_roots
-from docpc_retrievers.documents.user_metadata import BUILTIN_KEYS, user_part
+from docpc_retrievers.documents.user_metadata import BUILTIN_KEYS, metadata_keys
 from docpc_retrievers.filters import check_where, filter_keys
 from docpc_retrievers.results import SearchResult
 from docpc_retrievers.store.multivector import MultiVectorStore
@@ -78,19 +78,23 @@ def no_match_reason(store: MultiVectorStore, where: Mapping[str, Any]) -> str:
         return f"the filter {json.dumps(where, ensure_ascii=False)} matches {matched} stored documents"
     named = filter_keys(where)
     values: dict[str, Counter[str]] = {key: Counter() for key in named}
-    users: Counter[str] = Counter()
     having: Counter[str] = Counter()
     total = 0
-    for doc in store.iter_documents():
-        total += 1
-        users.update(user_part(doc.metadata).keys())
-        for key in named:
-            if doc.metadata.get(key) is not None:
-                having[key] += 1
-                _count_values(values[key], doc.metadata[key])
+
+    def read() -> Iterator[Mapping[str, Any]]:  # every record once: the named keys' values tallied on the way
+        nonlocal total
+        for doc in store.iter_documents():
+            total += 1
+            for key in named:
+                if doc.metadata.get(key) is not None:
+                    having[key] += 1
+                    _count_values(values[key], doc.metadata[key])
+            yield doc.metadata
+
+    users = metadata_keys(read())
     if not total:
         return "the store holds no documents"
-    mine = ", ".join(f"{k} ({n})" for k, n in users.most_common()) or "none"
+    mine = ", ".join(f"{k} ({n})" for k, n in users.items()) or "none"
     lines = [f"the filter {json.dumps(where, ensure_ascii=False)} matches none of the {total} stored documents"]
     absent = [key for key in named if not values[key]]
     if absent:
