@@ -103,12 +103,15 @@ def run_docpc(
     cwd: str | os.PathLike[str] | None = None,
     timeout: float = COMMAND_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
 ) -> Run:
-    """Run ``docpc ARGS...`` to completion and capture its output."""
+    """Run ``docpc ARGS...`` to completion and capture its output (``stdin``: text fed to its standard input)."""
     argv = _argv(args)
     proc = subprocess.run(
         argv,
         cwd=cwd,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         env=dict(env) if env is not None else subprocess_env(),
         capture_output=True,
         text=True,

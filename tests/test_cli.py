@@ -11,7 +11,9 @@ second-writer cases run on their own.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,6 +103,8 @@ def runs(
     (not_a_store / "unrelated.txt").write_text("just a folder")
     missing_model = work / "no-such-model"
     relative_minimal = MINIMAL.relative_to(CORPUS)
+    queries_file = work / "queries.txt"
+    queries_file.write_text("anything\n\n   \ngeometry\n", encoding="utf-8")
 
     results = run_docpc_parallel(
         {
@@ -120,6 +124,8 @@ def runs(
             "search": ("search", "anything", "--store", main, "--top-k", "100", "--json"),
             "search_top0": ("search", "anything", "--store", main, "--top-k", "0", "--json"),
             "search_candidates": ("search", "anything", "--store", main, "--top-k", "3", "--candidates", "5", "--json"),
+            "search_many": ("search", "anything", "geometry", "--store", main, "-k", "3", "--json"),
+            "search_file": ("search", "--queries", queries_file, "--store", main, "-k", "3", "--json"),
             "info": ("info", "--store", main, "--json"),
             "info_after_delete": ("info", "--store", stores["delete_id"], "--json"),
             "info_after_delete_path": ("info", "--store", stores["delete_path"], "--json"),
@@ -259,6 +265,40 @@ def test_search_json_is_a_ranked_list_of_documents(
         )
     geotopo = next(r for r in results if r["source"] == str(GEOTOPO))
     assert (geotopo["pages"], geotopo["selected_pages"], geotopo["title"]) == (117, [1, 2, 3, 4], "Geometrie und Topologie")
+
+
+def test_several_queries_print_one_json_line_each_ranked_as_alone(runs: Runs, corpus_store: CorpusStore,
+                                                                   tiny_encoder: ColPaliEncoder) -> None:
+    """Queries given together, or one per line of --queries (blank lines skipped): one model load, and each query's
+    results are those it gets searched alone (the same ids, order and scores as the Python API)."""
+    with DocPCIndex(corpus_store.path, encoder=tiny_encoder) as index:
+        alone = {q: index.search(q, top_k=3) for q in ("anything", "geometry")}
+    for name in ("search_many", "search_file"):
+        run = runs[name]
+        assert run.returncode == 0, run.describe()
+        lines = [json.loads(line) for line in run.stdout.splitlines()]
+        assert [(d["n"], d["query"]) for d in lines] == [(1, "anything"), (2, "geometry")], run.describe()
+        for d in lines:
+            expected = alone[d["query"]]
+            assert [r["id"] for r in d["results"]] == [r.id for r in expected], name
+            assert [r["rank"] for r in d["results"]] == [1, 2, 3]
+            for got, want in zip(d["results"], expected):
+                assert got["score"] == pytest.approx(want.score, abs=1e-3)
+                assert set(got) >= RESULT_KEYS
+    # One query keeps the plain list (the format follows the arguments): the first query's list is the same.
+    assert [r["id"] for r in runs["search"].json()[:3]] == [r.id for r in alone["anything"]]
+
+
+def test_queries_from_standard_input_are_headed_by_the_query(corpus_store: CorpusStore) -> None:
+    run = run_docpc("search", "--queries", "-", "--store", corpus_store.path, "-k", "2", stdin="anything\n\ngeometry\n")
+    assert run.returncode == 0, run.describe()
+    blocks = run.stdout.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["query 1: anything", "query 2: geometry"], run.describe()
+    for block in blocks:
+        assert [m[1] for line in block.splitlines() if (m := re.match(r"\s*(\d+)\.\s", line))] == ["1", "2"], block
+    blank = run_docpc("search", "--queries", "-", "--store", corpus_store.path, stdin="\n  \n")
+    assert blank.returncode == 0 and blank.stdout == "", blank.describe()
+    assert "held no query" in blank.stderr
 
 
 def test_search_top_k_0_is_a_usage_error(runs: Runs) -> None:
@@ -411,6 +451,8 @@ USAGE_ERRORS = {
     "pages 0": ["index", "<pdf>", "--store", "<store>", "--pages", "0"],
     "negative top-k": ["search", "anything", "--store", "<store>", "--top-k", "-1"],
     "empty query": ["search", "  ", "--store", "<store>"],
+    "no query": ["search", "--store", "<store>"],
+    "queries file missing": ["search", "--queries", "<pdf>.missing", "--store", "<store>"],
     "where not JSON": ["search", "anything", "--store", "<store>", "--where", "{nope"],
     "candidates 0": ["search", "anything", "--store", "<store>", "--candidates", "0"],
     "no command": [],

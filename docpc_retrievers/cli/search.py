@@ -1,10 +1,19 @@
-"""``docpc search``: rank a store's documents for a query, with evidence pages."""
+"""``docpc search``: rank a store's documents for one query or many, with evidence pages.
+
+Several queries (given together, or one per line from ``--queries FILE``) share
+one model load and are encoded in batches; their results stream out as each
+batch is answered, as JSON Lines with ``--json``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Any
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any, TextIO
 
 from docpc_retrievers.cli.common import (
     EXIT_OK,
@@ -20,7 +29,10 @@ from docpc_retrievers.cli.common import (
 )
 from docpc_retrievers.config import AGGREGATES
 
-__all__ = ["page_ranges", "register"]
+__all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register"]
+
+QUERY_BATCH = 16
+"""Queries encoded and searched together: one batch's results are printed before the next is read."""
 
 
 def page_ranges(pages: list[int]) -> str:
@@ -36,8 +48,18 @@ def page_ranges(pages: list[int]) -> str:
 
 def register(sub: Any) -> None:
     """Add ``search``."""
-    p = sub.add_parser("search", help="rank indexed documents for a query")
-    p.add_argument("query", help="the query text")
+    p = sub.add_parser(
+        "search", help="rank indexed documents for a query (or many: one model load)",
+        description="Rank a store's documents for each query. Several queries (given together, or one per line with "
+        "--queries) load the model once; with --json they print one JSON object per line, "
+        '{"n", "query", "results"}, instead of the single query\'s list.',
+    )
+    p.add_argument("query", nargs="*", help="the query text (several: each searched, the model loaded once)")
+    p.add_argument(
+        "--queries", metavar="FILE", type=Path,
+        help="read queries from FILE, one per line (- : standard input; blank lines are skipped); results are "
+        "printed as each batch of 16 is answered",
+    )
     add_store_options(p)
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
@@ -73,40 +95,99 @@ def token_stage_first(store: Any, args: argparse.Namespace) -> bool:
     return True
 
 
-def _where(text: str | None) -> dict[str, Any] | None:
-    return parse_where(text)
+def read_queries(lines: Iterable[str]) -> Iterator[str]:
+    """The non-blank lines of a queries file, stripped, read lazily (a pipe's queries are answered as they come)."""
+    for line in lines:
+        text = line.strip()
+        if text:
+            yield text
+
+
+def _open_queries(path: Path) -> TextIO:
+    """``--queries``'s file (``-``: standard input), or a usage error naming it."""
+    if str(path) == "-":
+        return sys.stdin
+    try:
+        return path.open(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--queries: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _all_queries(args: argparse.Namespace, stream: TextIO | None) -> Iterator[str]:
+    """The queries given on the command line, then those of ``--queries``."""
+    yield from args.query
+    if stream is not None:
+        yield from read_queries(stream)
+
+
+def _batches(queries: Iterator[str]) -> Iterator[list[str]]:
+    while batch := list(islice(queries, QUERY_BATCH)):
+        yield batch
 
 
 def run(args: argparse.Namespace) -> int:
-    """``docpc search``: prints the ranked documents (or JSON)."""
+    """``docpc search``: prints the ranked documents (or JSON) for each query."""
     from docpc_retrievers.index import DocPCIndex
 
-    where = _where(args.where)
-    if not args.query.strip():
+    where = parse_where(args.where)
+    if not args.query and args.queries is None:
+        raise UsageError("give a query, or --queries FILE (- for standard input)")
+    if any(not q.strip() for q in args.query):
         raise UsageError("the query is empty")
-    with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        if args.aggregate is not None and index.settings.mode != "page":
-            raise UsageError(
-                f"--aggregate applies to page-mode stores only; {args.store} is a {index.settings.mode}-mode store "
-                "(one grid per document: there are no page scores to combine)"
-            )
-        token_stage_first(index.store, args)
-        results = index.search(
-            args.query,
-            args.top_k,
-            filters=where,
-            aggregate=args.aggregate or "max",
-            rerank=args.rerank,
-            rerank_top_n=args.rerank_top_n,
-            page_budget=args.page_budget,
-            password=args.password,
-            candidates=args.candidates,
-        )
-        if not results:
-            explain_no_match(index.store, where)
-    if args.json:
-        emit([r.to_dict() for r in results])
-        return EXIT_OK
+    many = len(args.query) > 1 or args.queries is not None  # the output format follows the arguments, not the count
+    stream = _open_queries(args.queries) if args.queries is not None else None
+    try:
+        with DocPCIndex(
+            args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)
+        ) as index:
+            if args.aggregate is not None and index.settings.mode != "page":
+                raise UsageError(
+                    f"--aggregate applies to page-mode stores only; {args.store} is a {index.settings.mode}-mode "
+                    "store (one grid per document: there are no page scores to combine)"
+                )
+            token_stage_first(index.store, args)
+            n, empty = 0, False
+            for batch in _batches(_all_queries(args, stream)):
+                answers = index.search_batch(
+                    batch,
+                    args.top_k,
+                    filters=where,
+                    aggregate=args.aggregate or "max",
+                    rerank=args.rerank,
+                    rerank_top_n=args.rerank_top_n,
+                    page_budget=args.page_budget,
+                    password=args.password,
+                    candidates=args.candidates,
+                )
+                for query, results in zip(batch, answers):
+                    n += 1
+                    empty = empty or not results
+                    _print(results, args.json, (n, query) if many else None)
+                sys.stdout.flush()  # a reader at the other end of a pipe gets each batch as it is answered
+            if empty:
+                explain_no_match(index.store, where)
+            if n == 0:
+                print("docpc: --queries held no query (only blank lines)", file=sys.stderr)
+    finally:
+        if stream is not None and stream is not sys.stdin:
+            stream.close()
+    return EXIT_OK
+
+
+def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None) -> None:
+    """One query's results: a ranked block (headed by the query when there are several), or JSON."""
+    if as_json:
+        if numbered is None:
+            emit([r.to_dict() for r in results])
+        else:  # JSON Lines: one object per query
+            n, query = numbered
+            print(json.dumps({"n": n, "query": query, "results": [r.to_dict() for r in results]}, ensure_ascii=False))
+        return
+    if numbered is not None:
+        n, query = numbered
+        if n > 1:
+            print()
+        print(f"query {n}: {query}")
     if not results:
         print("no results")
     for r in results:
@@ -123,4 +204,3 @@ def run(args: argparse.Namespace) -> int:
             else:
                 shown = ", ".join(f"p{e.page} {e.score or 0.0:.3f}" for e in r.evidence_pages[:4])
                 print(f"     evidence (each page's own score): {shown}")
-    return EXIT_OK
