@@ -14,7 +14,13 @@ documents (store_bench.py's generator) and its query sets: the share of the exac
 same int8 rows, what the exact pass computes) kept in the approximate pass's best 64 (the exact pass's input) among
 ``--candidates`` documents, and the scores' mean relative error.
 
-    python benchmarks/int8_kernel_bench.py [--rows 65536] [--candidates 1280] [--queries 30]
+Part 3 (``--summary-docs N``) times the first stage's scan, ``N`` documents' 16 int8 summaries, as the store runs
+it (scoring/kernels.py's kernel, 32k rows a call) beside fbgemm's quantized linear layer with the roles swapped:
+the summaries packed once as the layer's weight and the query as its input (shifted to unsigned 7 bits, so AVX2's
+16-bit pair sums cannot saturate), checked exact against ``torch._int_mm``. It prints what packing costs: the
+time, which a reader would add to its open, and the packed copy, which would sit in its anonymous memory.
+
+    python benchmarks/int8_kernel_bench.py [--rows 65536] [--candidates 1280] [--queries 30] [--summary-docs 100000]
 """
 
 from __future__ import annotations
@@ -81,6 +87,57 @@ def kernel_speeds(n_rows: int, repeats: int) -> None:
         print("  ".join(line))
 
 
+SUMMARY_ROWS = 16
+"""Centroid summaries per document (store/search/centroids.py)."""
+CHUNK_ROWS = 32_768
+
+
+def summary_scan(n_docs: int, repeats: int) -> None:
+    """Part 3: the summaries' scan through the store's kernel against fbgemm with the summaries as packed weight."""
+    import torch
+
+    gen = torch.Generator().manual_seed(2)
+    rows = torch.randint(-127, 128, (n_docs * SUMMARY_ROWS, 128), dtype=torch.int8, generator=gen)
+    chunks = [rows[s:s + CHUNK_ROWS] for s in range(0, rows.shape[0], CHUNK_ROWS)]
+    print(f"\nthe summaries' scan: {n_docs:,} documents x {SUMMARY_ROWS} int8 rows, {CHUNK_ROWS:,} rows a call, "
+          f"median of {repeats} ms")
+    try:
+        torch.backends.quantized.engine = "fbgemm"
+        start = time.perf_counter()
+        packed = [torch.ops.quantized.linear_prepack(torch._make_per_tensor_quantized_tensor(c, 1.0, 0), None)
+                  for c in chunks]
+        pack_s = time.perf_counter() - start
+        swapped = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
+    except (RuntimeError, AttributeError) as exc:
+        print(f"  fbgemm: not in this build ({exc})")
+        return
+    print(f"  fbgemm packing: {pack_s:.2f} s, a packed copy of {rows.numel() / 2**20:,.0f} MiB")
+
+    def store_kernel(q8: np.ndarray) -> None:
+        for c in chunks:
+            kernels.int8_products_exact(c, q8)
+
+    def fbgemm(q8: np.ndarray) -> None:
+        x = torch.from_numpy(q8.astype(np.float32))  # zero point 64: the input bytes are q + 64, within 1..127
+        for w in packed:
+            swapped(x, 1.0, 64, w)
+
+    for tokens in (5, 10, 25):
+        q8 = torch.randint(-63, 64, (tokens, 128), dtype=torch.int8, generator=gen).numpy()
+        q8[0] = 63
+        exact = torch.equal(swapped(torch.from_numpy(q8.astype(np.float32)), 1.0, 64, packed[0]).T.to(torch.int64),
+                            kernels._int_mm(chunks[0], q8).to(torch.int64))
+        times: dict[str, list[float]] = {"store": [], "fbgemm": []}
+        for _ in range(repeats):  # alternating, so a moment of load falls on both
+            for name, run in (("store", store_kernel), ("fbgemm", fbgemm)):
+                start = time.perf_counter()
+                run(q8)
+                times[name].append(1e3 * (time.perf_counter() - start))
+        store_ms, fb_ms = (statistics.median(times[k]) for k in ("store", "fbgemm"))
+        print(f"  {tokens:2d} tokens: the store's kernel {store_ms:6.1f} ms, fbgemm swapped {fb_ms:6.1f} ms "
+              f"({'exact' if exact else 'NOT exact'}), ratio {store_ms / fb_ms:.2f}x")
+
+
 def _maxsim_int(q8: np.ndarray, token_scales: np.ndarray, rows: np.ndarray, row_scales: np.ndarray,
                 docs: int, per_doc: int) -> np.ndarray:
     """Approximate MaxSim ``[docs]`` from the exact integer products of int8 query tokens and int8 ``rows`` (held
@@ -129,10 +186,15 @@ def main(argv: list[str] | None = None) -> Any:
     ap.add_argument("--queries", type=int, default=30, help="queries per set")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--skip-shortlist", action="store_true")
+    ap.add_argument("--summary-docs", type=int, default=0, help="documents for part 3, the summaries' scan (0: skip)")
     args = ap.parse_args(argv)
     if not args.skip_speed:
         kernel_speeds(args.rows, args.repeats)
-    shortlist_cost(args.candidates, args.queries, args.seed)
+    if not args.skip_shortlist:
+        shortlist_cost(args.candidates, args.queries, args.seed)
+    if args.summary_docs:
+        summary_scan(args.summary_docs, args.repeats)
 
 
 if __name__ == "__main__":
