@@ -4,8 +4,11 @@ the build applied, a build stopped by ``close`` or taken over by ``warm``, a fai
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -145,6 +148,30 @@ def test_closing_a_reader_stops_its_background_build(tmp_path: Path, gate: threa
     with MultiVectorStore(tmp_path / "s", n_candidates=4) as again:  # the cache it filled is whole
         again.count()
         assert again.token_stage == "absent" and len(again.ids()) == N
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+def test_the_background_build_runs_at_a_lower_priority_than_the_queries(tmp_path: Path, gate: threading.Event) -> None:
+    """Queries and the build on the same core: the build's thread yields (its nice value), the caller's is untouched."""
+    docs, ids = _docs(N, seed=4), _ids(N)
+    _store_without_cache(tmp_path / "s", docs, ids)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    if own >= 10:
+        pytest.skip(f"the tests already run at nice {own}")
+    with MultiVectorStore(tmp_path / "s", n_candidates=4) as reader:
+        reader.search(_short_query(docs[1]), top_k=3)
+        build = reader._view._build  # type: ignore[union-attr]
+        assert build is not None and build.running and build._thread is not None
+        tid = build._thread.native_id
+        deadline = time.monotonic() + 10  # the thread lowers it first thing; it may not have run yet
+        while os.getpriority(os.PRIO_PROCESS, tid) == own and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == token_build.BUILD_NICENESS > own
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
+        gate.set()
+        _wait(reader, build)
+        assert reader.token_stage == "ready"
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
 
 
 def test_warm_takes_over_a_background_build_where_it_stands(

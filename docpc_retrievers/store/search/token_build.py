@@ -7,7 +7,8 @@ the store's lock only to read a few documents' vectors at a time (the cache and 
 threads otherwise), and adds them to faiss outside it. Documents changed meanwhile are recorded (``touched``) and
 applied when the built index is handed over. What it has added is handed to queries as it grows (``partial``,
 ``PUBLISHED_PARTS`` times over a build), so short queries take the token stage's candidates for that share of the
-store and the summaries' for the rest.
+store and the summaries' for the rest. The thread runs at a lower scheduling priority (``BUILD_NICENESS``): a query
+and the build wanting the same core, the query gets it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -25,7 +28,7 @@ import numpy as np
 from docpc_retrievers.blas_threads import one_faiss_thread
 from docpc_retrievers.store.search.tokens import TokenIndex
 
-__all__ = ["ADD_CHUNK", "PUBLISHED_PARTS", "READ_CHUNK", "TokenStageBuild"]
+__all__ = ["ADD_CHUNK", "BUILD_NICENESS", "PUBLISHED_PARTS", "READ_CHUNK", "TokenStageBuild"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,11 @@ PUBLISHED_PARTS = 16
 """A background build hands queries a view of what it has added each time a further 1/16 of the store is in (at
 least ``ADD_CHUNK`` documents): each view's faiss parts are closed to additions, so a query can search them while the
 thread adds to the next. More parts cost each query one more faiss search apiece until the build is saved as one."""
+BUILD_NICENESS = 10
+"""Nice value of the background build's thread (Linux gives each thread its own): where queries and the build want
+the same core, CFS gives the queries' threads about nine tenths of it (weights 1,024 against 110); alone, the build
+runs at full speed. It holds the store's lock only for reads of a millisecond or so, so a query seldom waits on a
+build that lost its core. 0: the process's own priority."""
 _LOCK_POLL_S = 0.1
 """How often a build waiting for the store's lock looks whether it was stopped."""
 
@@ -129,6 +137,7 @@ class TokenStageBuild:
     def _background(self) -> None:
         try:
             one_faiss_thread()  # the other core answers queries
+            _yield_to_queries()
             while self._next < len(self.ids):
                 if not self._locked():
                     return
@@ -206,3 +215,17 @@ class TokenStageBuild:
         self.tokens.trained_on = len(self.ids)
         logger.info("built the token-level first stage of %s (%d documents) in %.1f s", self.label, len(self.ids),
                     time.perf_counter() - self._started)
+
+
+def _yield_to_queries() -> None:
+    """Lower the calling thread's priority to :data:`BUILD_NICENESS` (Linux only; never raise it: an unprivileged
+    process cannot take it back). Threads it starts later (OpenMP's) inherit it."""
+    if BUILD_NICENESS <= 0 or not sys.platform.startswith("linux"):
+        return
+    tid = threading.get_native_id()
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        if current < BUILD_NICENESS:
+            os.setpriority(os.PRIO_PROCESS, tid, BUILD_NICENESS)
+    except OSError as exc:  # a sandbox that forbids it: the build runs at the process's priority
+        logger.debug("could not lower the token-stage build's priority: %s", exc)
