@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -126,6 +127,7 @@ def runs(
             "search_candidates": ("search", "anything", "--store", main, "--top-k", "3", "--candidates", "5", "--json"),
             "search_many": ("search", "anything", "geometry", "--store", main, "-k", "3", "--json"),
             "search_file": ("search", "--queries", queries_file, "--store", main, "-k", "3", "--json"),
+            "search_file_text": ("search", "--queries", queries_file, "--store", main, "-k", "2"),
             "info": ("info", "--store", main, "--json"),
             "info_after_delete": ("info", "--store", stores["delete_id"], "--json"),
             "info_after_delete_path": ("info", "--store", stores["delete_path"], "--json"),
@@ -289,13 +291,46 @@ def test_several_queries_print_one_json_line_each_ranked_as_alone(runs: Runs, co
     assert [r["id"] for r in runs["search"].json()[:3]] == [r.id for r in alone["anything"]]
 
 
-def test_queries_from_standard_input_are_headed_by_the_query(corpus_store: CorpusStore) -> None:
-    run = run_docpc("search", "--queries", "-", "--store", corpus_store.path, "-k", "2", stdin="anything\n\ngeometry\n")
+def test_queries_file_text_output_heads_each_block_with_its_query(runs: Runs) -> None:
+    run = runs["search_file_text"]
     assert run.returncode == 0, run.describe()
     blocks = run.stdout.split("\n\n")
     assert [b.splitlines()[0] for b in blocks] == ["query 1: anything", "query 2: geometry"], run.describe()
     for block in blocks:
         assert [m[1] for line in block.splitlines() if (m := re.match(r"\s*(\d+)\.\s", line))] == ["1", "2"], block
+
+
+def test_a_query_on_standard_input_is_answered_before_the_next_arrives(corpus_store: CorpusStore) -> None:
+    """A program that writes a query and waits for its answer gets it (no waiting for a batch to fill), then the
+    next; closing standard input ends the command cleanly."""
+    proc = subprocess.Popen(
+        docpc_command() + ["search", "--queries", "-", "--store", str(corpus_store.path), "-k", "2", "--json"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def answer(query: str) -> dict:
+        proc.stdin.write(query + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 180)
+        assert ready, f"no answer to {query!r} while the command waited for more input"
+        return json.loads(proc.stdout.readline())
+
+    try:
+        first = answer("anything")
+        second = answer("geometry")
+        proc.stdin.close()
+        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (first["n"], first["query"], len(first["results"])) == (1, "anything", 2)
+    assert (second["n"], second["query"], len(second["results"])) == (2, "geometry", 2)
+    assert proc.stdout.read() == ""  # nothing more than the two answers
+
+
+def test_standard_input_with_only_blank_lines_says_so(corpus_store: CorpusStore) -> None:
     blank = run_docpc("search", "--queries", "-", "--store", corpus_store.path, stdin="\n  \n")
     assert blank.returncode == 0 and blank.stdout == "", blank.describe()
     assert "held no query" in blank.stderr

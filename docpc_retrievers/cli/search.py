@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -58,7 +60,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--queries", metavar="FILE", type=Path,
         help="read queries from FILE, one per line (- : standard input; blank lines are skipped); results are "
-        "printed as each batch of 16 is answered",
+        "printed as each batch of up to 16 is answered (from standard input, as soon as a query arrives)",
     )
     add_store_options(p)
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
@@ -96,7 +98,7 @@ def token_stage_first(store: Any, args: argparse.Namespace) -> bool:
 
 
 def read_queries(lines: Iterable[str]) -> Iterator[str]:
-    """The non-blank lines of a queries file, stripped, read lazily (a pipe's queries are answered as they come)."""
+    """The non-blank lines of a queries file, stripped, read lazily."""
     for line in lines:
         text = line.strip()
         if text:
@@ -113,16 +115,43 @@ def _open_queries(path: Path) -> TextIO:
         raise UsageError(f"--queries: cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _all_queries(args: argparse.Namespace, stream: TextIO | None) -> Iterator[str]:
-    """The queries given on the command line, then those of ``--queries``."""
-    yield from args.query
-    if stream is not None:
-        yield from read_queries(stream)
-
-
 def _batches(queries: Iterator[str]) -> Iterator[list[str]]:
+    """``QUERY_BATCH`` queries at a time."""
     while batch := list(islice(queries, QUERY_BATCH)):
         yield batch
+
+
+def stream_batches(fd: int) -> Iterator[list[str]]:
+    """Batches of the queries written to ``fd`` (a pipe, a terminal): it waits for one line, then takes only the lines
+    already written, at most ``QUERY_BATCH``, so a program that writes a query and waits for its answer gets it, and
+    a file piped in is still encoded 16 queries at a time."""
+    pending, eof = b"", False
+
+    def read() -> None:
+        nonlocal pending, eof
+        chunk = os.read(fd, 1 << 16)
+        eof = not chunk
+        pending += chunk
+
+    while not eof:
+        while not eof and b"\n" not in pending:
+            read()  # blocks until the writer sends something, or closes
+        while not eof and pending.count(b"\n") < QUERY_BATCH and select.select([fd], [], [], 0)[0]:
+            read()
+        *lines, pending = pending.split(b"\n")
+        if eof:
+            lines.append(pending)
+        batch = [q for q in (line.decode("utf-8", errors="replace").strip() for line in lines) if q]
+        yield from (batch[i : i + QUERY_BATCH] for i in range(0, len(batch), QUERY_BATCH))
+
+
+def _query_batches(args: argparse.Namespace, stream: TextIO | None) -> Iterator[list[str]]:
+    """The command line's queries, then those of ``--queries``, in batches."""
+    yield from _batches(iter(args.query))
+    if stream is sys.stdin and os.name == "posix":
+        yield from stream_batches(sys.stdin.fileno())
+    elif stream is not None:
+        yield from _batches(read_queries(stream))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             token_stage_first(index.store, args)
             n, empty = 0, False
-            for batch in _batches(_all_queries(args, stream)):
+            for batch in _query_batches(args, stream):
                 answers = index.search_batch(
                     batch,
                     args.top_k,
