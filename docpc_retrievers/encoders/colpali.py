@@ -9,6 +9,7 @@ transformers, colpali-engine: about 7 s) happen only when one is built.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -242,8 +243,18 @@ class ColPaliEncoder:
 
     @property
     def has_patch_grid(self) -> bool:
-        """True when :meth:`image_patch_grid` and ``EncodedImage.patch_grid`` are available (Qwen families)."""
-        return self._family.dynamic_resolution
+        """True when :meth:`image_patch_grid` and ``EncodedImage.patch_grid`` are available: Qwen families (a grid
+        that follows the image's shape) and ColPali (a fixed square grid over the image resized to a square)."""
+        return self._family.dynamic_resolution or self._square_side() is not None
+
+    def _square_side(self) -> int | None:
+        """Tokens per side of a square-grid family's image (PaliGemma: 448 px / 14 = 32), from the processor's
+        ``image_seq_length``; None for other families or a length that is not a square."""
+        if not self._family.square_grid:
+            return None
+        length = int(getattr(self._processor, "image_seq_length", 0) or 0)
+        side = math.isqrt(length)
+        return side if side > 0 and side * side == length else None
 
     def settings(self) -> dict[str, Any]:
         """JSON-safe dict of everything that changes the embedding (stores refuse to mix differing ones).
@@ -268,16 +279,20 @@ class ColPaliEncoder:
     def image_patch_grid(self, image_size: tuple[int, int]) -> tuple[int, int]:
         """(rows, cols) of merged visual tokens the processor makes for an image of PIL size (width, height).
 
-        Uses the processor's own resize logic (colpali-engine ``get_n_patches``), so it honours
-        ``max_num_visual_tokens``. Only for dynamic-resolution (Qwen) families.
+        Qwen families: the processor's own resize logic (colpali-engine ``get_n_patches``), so it honours
+        ``max_num_visual_tokens``. ColPali: the same square grid for every image (it is stretched to a square).
         """
-        if not self._family.dynamic_resolution:
-            raise NotImplementedError(
-                f"image_patch_grid is only available for dynamic-resolution (Qwen) families, not {self.family}."
-            )
         width, height = (int(v) for v in image_size)
         if width < 1 or height < 1:
             raise ValueError(f"image_size must be positive (width, height), got {image_size}")
+        side = self._square_side()
+        if side is not None:
+            return side, side
+        if not self._family.dynamic_resolution:
+            raise NotImplementedError(
+                f"image_patch_grid is only available for dynamic-resolution (Qwen) families and ColPali, not "
+                f"{self.family}."
+            )
         merge = int(self._processor.image_processor.merge_size)
         cols, rows = self._processor.get_n_patches((width, height), spatial_merge_size=merge)
         return int(rows), int(cols)
@@ -393,6 +408,8 @@ class ColPaliEncoder:
             if self._family.dynamic_resolution and grid_thw is not None:
                 _, h, w = (int(v) for v in grid_thw[i])
                 patch_grid = (h // merge, w // merge)
+            elif (side := self._square_side()) is not None:
+                patch_grid = (side, side)
             items.append(EncodedImage(embeddings=embeddings, visual_mask=visual[keep].copy(), patch_grid=patch_grid))
         return items
 

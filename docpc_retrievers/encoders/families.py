@@ -31,6 +31,7 @@ class _Family:
     model_types: tuple[str, ...]
     architectures: tuple[str, ...]
     dynamic_resolution: bool  # Qwen-style: max_pixels, image_grid_thw, row-major merged patch grid
+    square_grid: bool = False  # PaliGemma-style: the image resized to a square, one block of side x side tokens
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -40,7 +41,7 @@ _FAMILIES: dict[str, _Family] = {
         _Family("colqwen2_5", "ColQwen2_5", "ColQwen2_5_Processor", ("qwen2_5_vl",), ("ColQwen2_5",), True),
         _Family("colqwen3", "ColQwen3", "ColQwen3Processor", ("qwen3_vl",), ("ColQwen3",), True),
         _Family("colqwen3_5", "ColQwen3_5", "ColQwen3_5Processor", ("qwen3_5",), ("ColQwen3_5",), True),
-        _Family("colpali", "ColPali", "ColPaliProcessor", ("paligemma",), ("ColPali",), False),
+        _Family("colpali", "ColPali", "ColPaliProcessor", ("paligemma",), ("ColPali",), False, square_grid=True),
         _Family("colidefics3", "ColIdefics3", "ColIdefics3Processor", ("idefics3",), ("ColIdefics3",), False),
         _Family(
             "colmodernvbert", "ColModernVBert", "ColModernVBertProcessor", ("modernvbert",), ("ColModernVBert",), False

@@ -92,7 +92,7 @@ class Explainer:
             raise ExplainUnavailableError(
                 f"the {getattr(encoder, 'family', type(encoder).__name__)} encoder does not say where its image "
                 "patches sit, so a match cannot be drawn on the image (Qwen-family models, such as the default "
-                "ColQwen2, do)"
+                "ColQwen2, and ColPali do)"
             )
         q = encoder.encode_queries([query])[0]
         notes: list[str] = []

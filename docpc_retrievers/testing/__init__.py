@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from docpc_retrievers.testing.tiny_checkpoint import TINY_SPECIAL_TOKENS, build_tiny_colqwen2
+    from docpc_retrievers.testing.tiny_checkpoint import TINY_SPECIAL_TOKENS, build_tiny_colpali, build_tiny_colqwen2
 
-__all__ = ["TINY_SPECIAL_TOKENS", "build_tiny_colqwen2"]
+__all__ = ["TINY_SPECIAL_TOKENS", "build_tiny_colpali", "build_tiny_colqwen2"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""Build a tiny random ColQwen2 checkpoint (model + processor) for tests and examples.
+"""Build a tiny random ColQwen2 (or ColPali) checkpoint (model + processor) for tests and examples.
 
 Why: tests, example tests and benchmarks must exercise the real
 ``ColQwen2.from_pretrained`` / ``ColQwen2Processor.from_pretrained`` loading
@@ -16,12 +16,12 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import Qwen2TokenizerFast
 
-__all__ = ["TINY_SPECIAL_TOKENS", "build_tiny_colqwen2", "main"]
+__all__ = ["TINY_SPECIAL_TOKENS", "build_tiny_colpali", "build_tiny_colqwen2", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,21 +52,28 @@ _TRAINING_SENTENCES: tuple[str, ...] = (
 _VOCAB_SIZE = 400
 
 
-def _build_tokenizer() -> Qwen2TokenizerFast:
-    """Train a byte-level BPE (vocab ~400) and wrap it in ``Qwen2TokenizerFast``."""
+def _byte_level_bpe(special_tokens: Sequence[str]) -> Any:
+    """A byte-level BPE (vocab ~400) trained on a few sentences, with ``special_tokens`` first."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen2TokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=_VOCAB_SIZE,
-        special_tokens=list(TINY_SPECIAL_TOKENS),
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(list(_TRAINING_SENTENCES), trainer=trainer)
+    return bpe
+
+
+def _build_tokenizer() -> Qwen2TokenizerFast:
+    """The tiny BPE wrapped in ``Qwen2TokenizerFast``."""
+    from transformers import Qwen2TokenizerFast
+
+    bpe = _byte_level_bpe(TINY_SPECIAL_TOKENS)
     return Qwen2TokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|endoftext|>",
@@ -177,17 +184,74 @@ def build_tiny_colqwen2(
     return out
 
 
+#: PaliGemma's special tokens (its processor adds ``<image>`` and the location/segmentation tokens itself).
+_PALIGEMMA_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
+TINY_COLPALI_IMAGE_SIZE = 56
+"""Side of the tiny ColPali's square input image: 56 / 14 = a 4 x 4 grid of visual tokens (the real one: 448 px, 32 x
+32)."""
+_PATCH = 14
+
+
+def build_tiny_colpali(path: str | Path, *, seed: int = 0) -> Path:
+    """Save a random ColPali (PaliGemma: SigLIP vision, Gemma text) and its ColPaliProcessor into ``path``.
+
+    Like :func:`build_tiny_colqwen2`, for the fixed-resolution family: every image is resized to a 56 px square and
+    becomes one 4 x 4 block of visual tokens ahead of the prompt's. Output embeddings have dim 128; the same ``seed``
+    gives the same weights. Returns the folder.
+    """
+    import torch
+    from transformers import GemmaTokenizerFast, PaliGemmaConfig, SiglipImageProcessor
+
+    from docpc_retrievers.encoders import import_colpali_models
+
+    ce_models = import_colpali_models()
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = GemmaTokenizerFast(
+        tokenizer_object=_byte_level_bpe(_PALIGEMMA_SPECIAL_TOKENS),
+        pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>",
+    )
+    side = TINY_COLPALI_IMAGE_SIZE // _PATCH
+    image_processor = SiglipImageProcessor(
+        size={"height": TINY_COLPALI_IMAGE_SIZE, "width": TINY_COLPALI_IMAGE_SIZE},
+        image_mean=[0.5] * 3, image_std=[0.5] * 3, image_seq_length=side * side,
+    )
+    processor = ce_models.ColPaliProcessor(image_processor=image_processor, tokenizer=tokenizer)  # adds <image>
+    config = PaliGemmaConfig(
+        text_config=dict(
+            model_type="gemma", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        vision_config=dict(
+            model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, image_size=TINY_COLPALI_IMAGE_SIZE, patch_size=_PATCH, projection_dim=64,
+        ),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), projection_dim=64, hidden_size=64,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ce_models.ColPali(config)
+    model.eval()
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    logger.info("tiny ColPali checkpoint (seed=%d) written to %s", seed, out)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: build the checkpoint into OUT_DIR."""
     parser = argparse.ArgumentParser(
         prog="python -m docpc_retrievers.testing.tiny_checkpoint",
-        description="Build a tiny random ColQwen2 checkpoint (for tests only; scores are meaningless).",
+        description="Build a tiny random ColQwen2 or ColPali checkpoint (for tests only; scores are meaningless).",
     )
     parser.add_argument("out_dir", type=Path, help="folder to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the weights (default 0)")
+    parser.add_argument("--family", choices=("colqwen2", "colpali"), default="colqwen2", help="which family")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    build_tiny_colqwen2(args.out_dir, seed=args.seed)
+    (build_tiny_colpali if args.family == "colpali" else build_tiny_colqwen2)(args.out_dir, seed=args.seed)
     return 0
 
 

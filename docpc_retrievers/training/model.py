@@ -80,7 +80,7 @@ class ModelMixin:
         self._original_longest_edge = None
         cap = self.config.max_num_visual_tokens
         if cap is not None:
-            if not encoder.has_patch_grid:
+            if encoder.max_num_visual_tokens is None:  # only dynamic-resolution families have a cap
                 raise ValueError(
                     f"max_num_visual_tokens is only supported for dynamic-resolution (Qwen) families, not {encoder.family}"
                 )
