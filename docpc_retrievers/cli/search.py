@@ -31,7 +31,7 @@ from docpc_retrievers.cli.common import (
 )
 from docpc_retrievers.config import AGGREGATES
 
-__all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register"]
+__all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
 
 QUERY_BATCH = 16
 """Queries encoded and searched together: one batch's results are printed before the next is read."""
@@ -141,7 +141,7 @@ def stream_batches(fd: int) -> Iterator[list[str]]:
         *lines, pending = pending.split(b"\n")
         if eof:
             lines.append(pending)
-        batch = [q for q in (line.decode("utf-8", errors="replace").strip() for line in lines) if q]
+        batch = list(read_queries(line.decode("utf-8", errors="replace") for line in lines))
         yield from (batch[i : i + QUERY_BATCH] for i in range(0, len(batch), QUERY_BATCH))
 
 
