@@ -43,7 +43,7 @@ from docpc_retrievers.scoring.maxsim import quantized_query
 from docpc_retrievers.store.codec import quantize
 
 SHORTLIST = 64
-"""Candidates the approximate pass hands to the exact pass (store/search/two_stage.py's SHORTLIST_EXACT)."""
+"""Candidates the approximate pass hands to the exact pass (SearchConfig.shortlist)."""
 
 
 def _median_ms(run: Callable[[], object], repeats: int) -> float:

@@ -1,6 +1,6 @@
 """Thread budgets: numpy's BLAS held to one thread around short products that run beside other work,
 torch's intra-op threads during indexing on a 2-core machine, and one OpenMP thread for each thread of the
-search's approximate pass (store/search/exact.py); faiss on one thread in a background token-stage build.
+search's approximate pass (store/search/exact.py).
 
 OpenBLAS threads spin after each call and fight torch's OpenMP threads (and
 each other, when several threads each run small products) for the cores:
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["indexing_threads", "one_faiss_thread", "one_openmp_thread", "openmp_pinning_works", "single_blas_thread"]
+__all__ = ["indexing_threads", "one_openmp_thread", "openmp_pinning_works", "single_blas_thread"]
 
 #: Machines with at most this many cores encode with one torch thread while indexing (see :func:`indexing_threads`).
 SMALL_MACHINE_CORES = 2
@@ -40,7 +40,7 @@ def single_blas_thread() -> Iterator[None]:
 
                 _STATE["controller"] = ThreadpoolController()
                 _STATE["modules"] = len(sys.modules)
-            _STATE["limit"] = _numpy_blas(_STATE["controller"]).limit(limits=1)
+            _STATE["limit"] = _STATE["controller"].select(user_api="blas").limit(limits=1)
         _STATE["inside"] += 1
     try:
         yield
@@ -52,20 +52,10 @@ def single_blas_thread() -> Iterator[None]:
                 _STATE["limit"] = None
 
 
-def _numpy_blas(controller: Any) -> Any:
-    """The BLAS libraries to limit: every one loaded but faiss's own.
-
-    faiss's wheel bundles an OpenMP OpenBLAS, and limiting it limits faiss's OpenMP
-    threads with it: the token stage's scans then ran on one core (a 26-token query's
-    token search at 100,000 documents, 8 probes: 35 ms on one thread, 18.5 ms on two).
-    """
-    blas = controller.select(user_api="blas")
-    return blas.select(filepath=[lib.filepath for lib in blas.lib_controllers if "faiss" not in lib.filepath])
-
-
 @functools.lru_cache(maxsize=1)
 def _openmp_setter() -> Any:
-    """OpenMP's ``omp_set_num_threads`` as loaded by torch (its own copy first: faiss brings another), or None."""
+    """OpenMP's ``omp_set_num_threads`` as loaded by torch (its own copy first: other libraries may bring another),
+    or None."""
     import ctypes
 
     import torch
@@ -93,16 +83,6 @@ def one_openmp_thread() -> None:
     setter = _openmp_setter()
     if setter is not None:
         setter(1)
-
-
-def one_faiss_thread() -> None:
-    """Run the calling thread's faiss calls on one OpenMP thread, for this thread alone (OpenMP keeps the setting per
-    thread; faiss brings its own OpenMP runtime): a background token-stage build leaves the other core to queries."""
-    try:
-        import faiss
-    except ImportError:  # pragma: no cover - faiss is checked before a build starts
-        return
-    faiss.omp_set_num_threads(1)
 
 
 def openmp_pinning_works() -> bool:

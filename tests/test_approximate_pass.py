@@ -11,7 +11,7 @@ import pytest
 from docpc_retrievers.scoring.maxsim import maxsim
 from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.multivector import MultiVectorStore
-from docpc_retrievers.store.search import exact
+from docpc_retrievers.store.search import SearchConfig, exact
 
 DIM = 16
 
@@ -40,18 +40,14 @@ class _Rows:
         return None
 
 
-def test_blocks_on_threads_score_like_one_pass_and_keep_deleted_documents_at_minus_inf(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_blocks_on_threads_score_like_one_pass_and_keep_deleted_documents_at_minus_inf() -> None:
     rng = np.random.default_rng(0)
     docs = {f"d{i}": _unit(rng.standard_normal((int(rng.integers(3, 30)), DIM))) for i in range(41)}
     source = _Rows(docs, gone={"d5", "d33"})
     ids = list(docs)
     query = _unit(rng.standard_normal((7, DIM)))
     whole = exact.exact_scores(query, ids, source, fast=True)[0]
-    monkeypatch.setattr(exact, "SHORTLIST_BLOCK", 4)
-    monkeypatch.setattr(exact, "SHORTLIST_THREADS", 3)
-    blocked = exact.approximate_scores(query, ids, source)
+    blocked = exact.approximate_scores(query, ids, source, block=4, threads=3)
     assert blocked.shape == (41,)
     np.testing.assert_array_equal(blocked, whole)
     assert np.isneginf(blocked[[5, 33]]).all() and np.isfinite(np.delete(blocked, [5, 33])).all()
@@ -68,14 +64,14 @@ def test_a_search_whose_approximate_pass_spans_blocks_on_threads_returns_the_sin
     rng = np.random.default_rng(1)
     docs = [_unit(rng.standard_normal((int(rng.integers(10, 40)), DIM))) for _ in range(300)]
     ids = [f"{i:032x}" for i in range(300)]
-    with MultiVectorStore(tmp_path / "s", writable=True, n_centroids=4, n_candidates=200) as store:
+    config = SearchConfig(n_centroids=4)  # 300 documents, under scan_below: every one through the approximate pass
+    with MultiVectorStore(tmp_path / "s", writable=True, search=config) as store:
         store.add(ids, docs, [{"source": f"/d/{i}.pdf"} for i in range(300)])
     query = _unit(rng.standard_normal((9, DIM)))
-    with MultiVectorStore(tmp_path / "s") as store:
-        monkeypatch.setattr(exact, "SHORTLIST_THREADS", 1)
+    with MultiVectorStore(tmp_path / "s", search=config.with_options(threads=1)) as store:
         one = store.search(query, top_k=10)
-        monkeypatch.setattr(exact, "SHORTLIST_BLOCK", 16)
-        monkeypatch.setattr(exact, "SHORTLIST_THREADS", 2)
+    with MultiVectorStore(tmp_path / "s", search=config.with_options(block=16, threads=2)) as store:
+        store.refresh()  # opens the view
         calls: list[int] = []
         original = store._view.reader.rows
 
@@ -146,8 +142,7 @@ class Rows:
 
 rng = np.random.default_rng(0)
 docs = {f"d{i}": rng.standard_normal((6, 16)).astype(np.float32) for i in range(24)}
-exact.SHORTLIST_BLOCK, exact.SHORTLIST_THREADS = 4, 2
-exact.approximate_scores(rng.standard_normal((3, 16)).astype(np.float32), list(docs), Rows(docs))
+exact.approximate_scores(rng.standard_normal((3, 16)).astype(np.float32), list(docs), Rows(docs), block=4, threads=2)
 import torch
 print(torch.get_num_threads())
 """

@@ -12,6 +12,7 @@ from docpc_retrievers.errors import ModelMismatchError, StoreError, StoreLockedE
 from docpc_retrievers.scoring.maxsim import maxsim
 from docpc_retrievers.store.codec import dequantize, quantize
 from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.search import SearchConfig
 
 DIM = 32
 
@@ -91,7 +92,8 @@ def test_exact_search_equals_brute_force_and_survives_reopen(tmp_path: Path) -> 
 def test_two_stage_search_finds_the_exhaustive_top_results(tmp_path: Path) -> None:
     docs, _ = _topical_docs(300, seed=5)
     ids = [f"d{i:03d}" for i in range(300)]
-    with MultiVectorStore(tmp_path / "s", writable=True, n_centroids=8, n_candidates=40) as store:
+    config = SearchConfig(n_centroids=8, candidates=40, max_candidates=40, scan_below=1)
+    with MultiVectorStore(tmp_path / "s", writable=True, search=config) as store:
         store.add(ids, docs, [_meta(i) for i in range(300)])
         overlaps = []
         for target in range(0, 300, 30):
@@ -112,25 +114,24 @@ def test_a_search_takes_the_candidate_count_it_is_given(tmp_path: Path, monkeypa
     """n_candidates sets what the first stage keeps (never fewer than top_k); the whole pool is scored exactly."""
     docs, rng = _topical_docs(300, seed=5)
     ids = [f"d{i:03d}" for i in range(300)]
-    with MultiVectorStore(tmp_path / "s", writable=True, n_centroids=8, n_candidates=20) as store:
+    config = SearchConfig(n_centroids=8, candidates=20, candidate_budget=400, max_candidates=100, scan_below=1)
+    with MultiVectorStore(tmp_path / "s", writable=True, search=config) as store:
         store.add(ids, docs, [_meta(i) for i in range(300)])
-        q = _unit(docs[30][:20] + 0.3 * _unit(rng.standard_normal((20, DIM))))  # 20 tokens: the summaries alone
-        search = store._view.search
+        q = _unit(docs[30][:20] + 0.3 * _unit(rng.standard_normal((20, DIM))))  # 20 tokens: 400 // 20 = 20
+        summaries = store._view.backend.summaries
         asked: list[int] = []
-        widened = search.first_stage.top_widened  # what top calls too; the automatic count may keep near-ties past n
-        monkeypatch.setattr(
-            search.first_stage, "top_widened",
-            lambda query, n, allowed=None, **kw: asked.append(n) or widened(query, n, allowed, **kw),
-        )
+        top = summaries.top
+        monkeypatch.setattr(summaries, "top", lambda query, n, allowed=None: asked.append(n) or top(query, n, allowed))
         default = store.search(q, top_k=10)
         wide = store.search(q, top_k=10, n_candidates=120)
         store.search(q, top_k=10, n_candidates=3)
-        assert asked == [search.candidates_for(q), 120, 10]
-        assert asked[0] != 120 and default[0].id == wide[0].id == ids[30]
-        every = store.search(q, top_k=10, n_candidates=300)  # the whole pool: no first stage, every score exact
+        assert asked == [config.candidates_for(20), 120, 10]
+        assert asked[0] == 20 and default[0].id == wide[0].id == ids[30]
+        every = store.search(q, top_k=10, n_candidates=300)  # the whole pool: no first stage
         exact = store.search(q, top_k=10, exhaustive=True)
         assert len(asked) == 3
-        assert [(h.id, h.score) for h in every] == [(h.id, h.score) for h in exact]
+        assert [h.id for h in every] == [h.id for h in exact]
+        assert [h.score for h in every] == pytest.approx([h.score for h in exact], rel=1e-6)
         for bad in (0, -1, True, 2.5):
             with pytest.raises(ValueError, match="n_candidates"):
                 store.search(q, n_candidates=bad)

@@ -101,7 +101,7 @@ def test_int8_segment_beside_added_float_documents(tmp_path: Path, monkeypatch: 
     order = index.top(query, 201)
     assert len(index._segments) == 2 and index._segments[1].scales is None and index._segments[0].scales is not None
     assert len(order) == 201 and order.count("d3") == 1
-    fine = index._score(query, "fine", None)  # every slot: the 200 mapped (int8), then the 2 added (float)
+    fine = index._score(query, None)  # every slot: the 200 mapped (int8), then the 2 added (float)
     exact = np.einsum("td,ncd->ntc", query, np.concatenate([summaries, planted[None], summaries[3:4]])).max(2).sum(1)
     assert fine.shape == (202,) and np.abs(fine - exact).max() < 0.02 * len(query)
     assert index.top(query, 1) == ["planted"]

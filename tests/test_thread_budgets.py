@@ -13,29 +13,8 @@ from docpc_retrievers.blas_threads import indexing_threads, single_blas_thread
 
 
 def _blas_threads() -> set[int]:
-    """Threads of the BLAS libraries the limit is for: every one but faiss's own (see the faiss test below)."""
-    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas" and "faiss" not in lib["filepath"]}
-
-
-def test_faiss_keeps_its_threads_inside_the_blas_limit() -> None:
-    """faiss's bundled OpenBLAS shares faiss's OpenMP: limiting it would put the token stage's scans on one core."""
-    pytest.importorskip("faiss")
-    from docpc_retrievers import blas_threads
-
-    def faiss_threads() -> list[int]:
-        return [lib["num_threads"] for lib in threadpool_info() if "faiss" in lib["filepath"]]
-
-    outside = faiss_threads()
-    if not outside or max(outside) == 1:
-        pytest.skip("faiss's libraries run one thread here already: nothing to keep")
-    saved = dict(blas_threads._STATE)
-    blas_threads._STATE.update(controller=None)  # a controller made after faiss loaded sees its libraries
-    try:
-        with single_blas_thread():
-            assert faiss_threads() == outside
-            assert _blas_threads() == {1}
-    finally:
-        blas_threads._STATE.update(saved)
+    """Threads of the BLAS libraries the limit is for: every one loaded."""
+    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
 
 
 def test_blas_limit_is_counted_across_nested_and_concurrent_users() -> None:
@@ -87,7 +66,7 @@ from docpc_retrievers.blas_threads import single_blas_thread
 
 def blas():
     return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info()
-            if lib["user_api"] == "blas" and "faiss" not in lib["filepath"]}
+            if lib["user_api"] == "blas"}
 
 with single_blas_thread():
     pass

@@ -173,9 +173,9 @@ def counting_bar(desc: str, enabled: bool) -> Iterator[Callable[[int, int], None
 
 
 def warm_store(store: Any, show_progress: bool) -> dict[str, Any]:
-    """``MultiVectorStore.warm`` with a bar for the vectors fetched and one for the token stage built."""
-    with counting_bar("fetching vectors", show_progress) as fetched, counting_bar("token stage", show_progress) as built:
-        return dict(store.warm(fetched, built))
+    """``MultiVectorStore.warm`` with a bar for the vectors fetched."""
+    with counting_bar("fetching vectors", show_progress) as fetched:
+        return dict(store.warm(fetched))
 
 
 def explain_no_match(store: Any, where: dict[str, Any] | None) -> None:

@@ -27,7 +27,6 @@ from docpc_retrievers.cli.common import (
     parse_where,
     positive_int,
     store_kwargs,
-    warm_store,
 )
 from docpc_retrievers.config import AGGREGATES
 
@@ -73,28 +72,11 @@ def register(sub: Any) -> None:
     p.add_argument("--page-budget", type=positive_int, default=4, help="pages encoded per reranked document (default 4)")
     p.add_argument(
         "--candidates", type=positive_int,
-        help="documents the first stage keeps for exact scoring (default: 256-1,024 by query length); more: higher "
+        help="documents the first stage keeps for exact scoring (default: 256-4,096 by query length); more: higher "
         "recall on large stores, slower",
     )
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (when the token stage is built first)")
     p.set_defaults(func=run)
-
-
-def token_stage_first(store: Any, args: argparse.Namespace) -> bool:
-    """Build a large store's missing token-level first stage before a one-shot search, with progress; True if built.
-
-    A long-lived reader builds it in the background, answering from the summaries meanwhile; a one-shot command
-    would start that build and stop it at exit, so every search on this machine would get the summaries' answers.
-    """
-    from docpc_retrievers.store import view
-
-    if store.count() <= view.INLINE_BUILD_MAX or store.token_stage != "absent":
-        return False
-    print(f"docpc: {args.store} has no token-level first stage on this machine; building it once before searching "
-          "(minutes on a large store; `docpc warm` does it ahead)", file=sys.stderr)
-    warm_store(store, not args.no_progress)
-    return True
 
 
 def read_queries(lines: Iterable[str]) -> Iterator[str]:
@@ -174,7 +156,6 @@ def run(args: argparse.Namespace) -> int:
                     f"--aggregate applies to page-mode stores only; {args.store} is a {index.settings.mode}-mode "
                     "store (one grid per document: there are no page scores to combine)"
                 )
-            token_stage_first(index.store, args)
             n, empty = 0, False
             for batch in _query_batches(args, stream):
                 answers = index.search_batch(

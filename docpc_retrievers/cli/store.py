@@ -77,16 +77,6 @@ def _pair(value: Any) -> str:
     return "x".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
-_TOKEN_STAGE = {
-    "ready": "ready on this machine",
-    "building": "being built in the background",
-    "absent": "not on this machine (built when a short query on a large store first needs it; `docpc warm` builds it "
-              "ahead)",
-    "unavailable": "unavailable (faiss-cpu is not installed): short queries use the centroid summaries",
-}
-"""``docpc info``'s words for the token-level first stage's state (``MultiVectorStore.token_stage``)."""
-
-
 def info_text(info: dict[str, Any]) -> str:
     """``docpc info`` for people: grouped lines, sizes in KiB/MiB, absent facts left out (``--json`` has them all)."""
     per_doc = info.get("bytes_per_document") or {}
@@ -105,7 +95,6 @@ def info_text(info: dict[str, Any]) -> str:
          + {True: ", grid previews kept", False: ", no grid previews (--no-grids)", None: ""}[info.get("grid_previews")]),
         ("on disk", f"{_size(info.get('bytes_on_disk'))} ({_size(per_doc.get('on_disk'))} per document; "
          f"cache {_size(info.get('bytes_cache'))}, grid previews {_size(info.get('bytes_grid_images'))})"),
-        ("token stage", _TOKEN_STAGE.get(str(info.get("token_stage")))),
         ("metadata", "your keys (documents): " + (", ".join(f"{k} ({n})" for k, n in (info.get("metadata_keys") or {}).items())
                                                   or "none")),
         ("page cache", f"{info.get('page_cache_pages', 0)} pages, {_size(info.get('page_cache_bytes'))}"),
@@ -179,8 +168,7 @@ def run_warm(args: argparse.Namespace) -> int:
     if args.json:
         emit(report)
     else:
-        built = "built the token stage" if report["token_stage_built"] else "the token stage was already there"
-        print(f"warmed {report['documents']} document(s): fetched {report['fetched']} from Chroma, {built}, "
+        print(f"warmed {report['documents']} document(s): fetched {report['fetched']} from Chroma "
               f"in {report['seconds']:.1f} s")
     return EXIT_OK
 

@@ -10,8 +10,7 @@ reason is a miss (the engine is asked again).
 Files (under ``StoreLayout.cache``)::
 
     state.json            engine identity, the change-feed position applied
-    first_stage/          the first stage's snapshot (search/centroids.py: raw centroid files, memory-mapped)
-    token_stage/          the token-level stage's snapshot (search/tokens.py: a faiss IVF file, memory-mapped)
+    first_stage/          the search backend's snapshot (search/centroids.py: raw centroid files, memory-mapped)
     vec-<session>.bin     packed compact vectors, appended (codec.pack_vectors)
     vectors.npz           where each document's packed vectors are: file, offset, length
 """
@@ -23,6 +22,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,7 +54,7 @@ def _save_open_caches() -> None:
         try:
             if cache.dirty:
                 cache.save()
-        except Exception as exc:  # noqa: BLE001  (exit must go on: the cache is never needed for correctness)
+        except Exception as exc:
             logger.debug("cache %s not saved at exit: %s", cache.folder, exc)
 
 
@@ -74,6 +74,7 @@ class VectorCache:
         self._dirty = False
         self._unsaved_bytes = 0
         self._load_state()
+        shutil.rmtree(folder / "token_stage", ignore_errors=True)  # an older version's token-level index: unused now
         _OPEN.add(self)
 
     # ----------------------------------------------------------------- state
@@ -98,8 +99,7 @@ class VectorCache:
     def _reset(self) -> None:
         """Forget every cached entry (files of other sessions are left for them; unreferenced ones are cleaned)."""
         self.position, self.seen, self._where = 0, set(), {}
-        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json", "first_stage/current.json",
-                     "token_stage/current.json"):
+        for name in ("first_stage.npz", "summaries.npz", "vectors.npz", "state.json", "first_stage/current.json"):
             try:
                 (self.folder / name).unlink()
             except OSError:
@@ -146,11 +146,6 @@ class VectorCache:
     def first_stage_dir(self) -> Path:
         """Where the first stage saves its snapshot (see ``CentroidIndex.save``)."""
         return self.folder / "first_stage"
-
-    @property
-    def token_stage_dir(self) -> Path:
-        """Where the token-level first stage saves its snapshot (see ``TokenIndex.save``)."""
-        return self.folder / "token_stage"
 
     # ---------------------------------------------------------------- vectors
     def get(self, doc_id: str) -> bytes | None:

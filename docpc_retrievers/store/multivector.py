@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +25,31 @@ from docpc_retrievers.filters import check_where
 from docpc_retrievers.store import statistics
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import dequantize
-from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, chroma_client, require_collection
+from docpc_retrievers.store.engine import (
+    STORE_FORMAT,
+    ChromaEngine,
+    chroma_client,
+    require_collection,
+)
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
 from docpc_retrievers.store.payload import read_grid
-from docpc_retrievers.store.records import MetadataCache, ScoredDocument, StoredDocument, build_record, check_batch
-from docpc_retrievers.store.records import public, replaced_metadata
-from docpc_retrievers.store.search import CANDIDATE_TOKEN_BUDGET, check_queries
+from docpc_retrievers.store.records import (
+    MetadataCache,
+    ScoredDocument,
+    StoredDocument,
+    build_record,
+    check_batch,
+    public,
+    replaced_metadata,
+)
+from docpc_retrievers.store.search import SearchConfig
 from docpc_retrievers.store.settings import check_settings, with_current_identity
-from docpc_retrievers.store.view import StoreView
+from docpc_retrievers.store.view import StoreView, checked_queries
 
-__all__ = ["AGGREGATES", "CANDIDATE_TOKEN_BUDGET", "MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
+__all__ = ["AGGREGATES", "MultiVectorStore", "ScoredDocument", "StoredDocument", "STORE_FORMAT"]
+
+
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +62,7 @@ class MultiVectorStore:
             instead of the embedded one; ``path`` then only holds the cache.
         collection: Chroma collection name (two companions are named after it).
         writable: take the single-writer lock (embedded mode; a server has no local lock).
-        n_centroids: centroids kept per document for the first search stage.
-        n_candidates: the fewest documents the centroid stage keeps to score exactly
-            (queries of fewer than ``CANDIDATE_TOKEN_BUDGET / n_candidates`` tokens keep more).
+        search: how this process searches the store (backend and its settings; see store/search/config.py).
     """
 
     def __init__(
@@ -63,15 +75,13 @@ class MultiVectorStore:
         headers: Mapping[str, str] | None = None,
         collection: str = "docpc",
         writable: bool = False,
-        n_centroids: int = 16,
-        n_candidates: int = 256,
+        search: SearchConfig | None = None,
         allow_old_format: bool = False,
     ) -> None:
         self.layout = StoreLayout.at(path)
         self.path = self.layout.root
         self.host = host
-        self.n_centroids = n_centroids
-        self.n_candidates = n_candidates
+        self.search_config = search or SearchConfig()
         self._mutex = threading.RLock()
         self._writable = writable
         local = self.layout.read_manifest()
@@ -169,13 +179,10 @@ class MultiVectorStore:
             self._forget_local(self._view.open())
 
     def _new_view(self, dim: int) -> StoreView:
-        return StoreView(self.engine, self.cache, self.path, dim=dim, n_centroids=self.n_centroids,
-                         n_candidates=self.n_candidates, lock=self._mutex)
+        return StoreView(self.engine, self.cache, self.path, dim=dim, config=self.search_config, lock=self._mutex)
 
     _n = property(lambda self: self._view.n if self._view is not None else {}, doc="Vector count per known document.")
     _parts = property(lambda self: self._view.parts if self._view is not None else {}, doc="Part split per record.")
-    token_stage = property(lambda self: self._view.token_stage_state if self._view is not None else "absent",
-                           doc="The token-level first stage on this machine: ready, building, absent or unavailable.")
 
     @synchronized
     def refresh(self) -> None:
@@ -245,7 +252,7 @@ class MultiVectorStore:
         with single_blas_thread():  # the summaries' small products: more BLAS threads only spin
             for i, (doc_id, m, meta) in enumerate(zip(ids, mats, metadatas)):
                 record, centroids = build_record(
-                    doc_id, m, meta, self.n_centroids, text=None if texts is None else texts[i],
+                    doc_id, m, meta, self.search_config.n_centroids, text=None if texts is None else texts[i],
                     parts=None if parts is None else parts[i], anchors=None if anchors is None else anchors[i],
                     grid=None if grids is None else grids[i],
                 )
@@ -256,7 +263,7 @@ class MultiVectorStore:
         self._advance(seq)
         self._forget(list(ids))
         self._view.add([r.id for r in records], cents, [int(r.metadata["_n"]) for r in records],
-                       [tuple(r.metadata["_parts"]) if "_parts" in r.metadata else None for r in records], mats)
+                       [tuple(r.metadata["_parts"]) if "_parts" in r.metadata else None for r in records])
         self.cache.put(packed)
 
     @synchronized
@@ -415,14 +422,13 @@ class MultiVectorStore:
         return statistics.describe(self, model=model, settings=settings, page_cache=page_cache)
 
     @synchronized
-    def warm(self, on_progress: Callable[[int, int], None] | None = None,
-             on_build: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-        """Fill this machine's cache for the whole store (every document's vectors, both first stages), so that the
-        first queries of a reader on a fresh machine do not wait for them; resumable. Returns what it did."""
+    def warm(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Fill this machine's cache for the whole store (every document's vectors and the search snapshot), so that
+        the first queries of a reader on a fresh machine do not wait for them; resumable. Returns what it did."""
         self._ensure_loaded()
         if self._view is None:  # an empty store
-            return {"documents": 0, "fetched": 0, "token_stage_built": False, "token_stage": False, "seconds": 0.0}
-        return self._view.warm(on_progress, on_build=on_build)
+            return {"documents": 0, "fetched": 0, "seconds": 0.0}
+        return self._view.warm(on_progress)
 
     # ----------------------------------------------------------------- search
     def search(self, query: np.ndarray, top_k: int = 10, **options: Any) -> list[ScoredDocument]:
@@ -445,8 +451,8 @@ class MultiVectorStore:
 
         ``where`` is a Chroma metadata filter, ``ids`` restricts to given
         documents. ``n_candidates``: documents the first stage keeps for exact
-        scoring (None: by query length, see two_stage.py). When the (filtered) corpus is no larger than the number
-        of candidates, or ``exhaustive`` is set, every document is scored exactly.
+        scoring (None: the search configuration's rule by query length). ``exhaustive``: every document scored
+        exactly in float32, with no first stage and no approximate pass (the truth, slow).
         Multi-part records (page mode) score each part and combine them with
         ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
         """
@@ -458,32 +464,25 @@ class MultiVectorStore:
         self._ensure_loaded()
         if top_k == 0 or not self._n or self._view is None:
             return [[] for _ in queries]
-        qs = check_queries(queries, self._view.dim)
-        pool: Collection[str] = self._n.keys()  # a view: listed only where the search scores the pool whole
+        qs = checked_queries(queries, self._view.dim)
         allowed: set[str] | None = None
         checked = check_where(where)
         if checked is not None:  # an empty filter ({}) matches every document
-            pool = list(dict.fromkeys(self._matching(checked)))  # once each; no pass over every id
-            allowed = set(pool)
+            allowed = set(self._matching(checked))
         if ids is not None:
             id_set = {i for i in ids if i in self._n}
             allowed = id_set if allowed is None else allowed & id_set
-            pool = [i for i in self._n if i in allowed]
-        if not pool:
+        if allowed is not None and not allowed:
             return [[] for _ in queries]
-        return [
-            [ScoredDocument(d, s, meta, parts) for d, s, meta, parts in self._view.search.search(
-                q, pool, allowed, top_k, metadata=self._meta_cache.get, n_candidates=n_candidates,
-                exhaustive=exhaustive, aggregate=aggregate)]
-            for q in qs
-        ]
+        return [[ScoredDocument(h.id, h.score, meta, h.parts) for h, meta in self._view.search(
+            q, top_k, allowed, self._meta_cache.get, candidates=n_candidates, exhaustive=exhaustive,
+            aggregate=aggregate)] for q in qs]
+
 
     # --------------------------------------------------------------- lifetime
     @synchronized
     def close(self) -> None:
         """Save the cache and release the writer lock; the store can be reopened afterwards."""
-        if getattr(self, "_view", None) is not None:
-            self._view.close()  # a background build stops first: it reads the cache
         if getattr(self, "_cache", None) is not None:
             if getattr(self, "_view", None) is not None and self.cache.dirty:
                 self._view.save()

@@ -73,7 +73,6 @@ def describe(
         "page_size": index.get("page_size"),
         "pool_factor": index.get("pool_factor"),
         "grid_previews": bool(index.get("grid_previews", True)) if index.get("mode", "grid") == "grid" else None,
-        "token_stage": store.token_stage,
         "metadata_keys": metadata_keys(records.values()),
         "page_cache_pages": page_cache.get("pages", 0),
         "page_cache_bytes": page_cache.get("bytes", 0),

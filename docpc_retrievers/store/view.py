@@ -1,6 +1,6 @@
-"""What this process knows of the store: each document's vector count and parts, and the first stage.
+"""What this process knows of the store: each document's vector count and parts, and the search backend.
 
-Built from the cache's first-stage snapshot when there is one (memory-mapped,
+Built from the cache's snapshot of the backend when there is one (memory-mapped,
 nothing read at open), else from every record in Chroma; kept in step with
 other writers through the change feed (:meth:`StoreView.follow`).
 """
@@ -18,71 +18,59 @@ from typing import Any
 import numpy as np
 
 from docpc_retrievers.store.cache import VectorCache
-from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.payload import VectorReader
 from docpc_retrievers.store.records import summary_vectors
-from docpc_retrievers.store.search import CentroidIndex, TwoStageSearch
-from docpc_retrievers.store.search.token_build import TokenStageBuild
-from docpc_retrievers.store.search.tokens import TokenIndex, faiss_available
+from docpc_retrievers.store.search import (
+    Scored,
+    SearchBackend,
+    SearchConfig,
+    backend_for,
+)
+from docpc_retrievers.store.search.ranking import ranked
 
-__all__ = ["StoreView"]
+__all__ = ["StoreView", "checked_queries"]
 
 logger = logging.getLogger(__name__)
 
 _SAVE_EVERY = 20_000
-"""Documents this process adds after which the snapshots are saved (their in-memory parts folded in)."""
+"""Documents this process adds after which the snapshot is saved (its in-memory parts folded in)."""
 _SAVE_AFTER = 100
 """Documents changed by other writers after which the snapshot is saved again."""
+_RETRIES = 4
+"""Rounds a search makes when documents it found were deleted by another writer meanwhile."""
 _FILTERS_KEPT = 32
 """Distinct ``where`` filters whose matching ids a view remembers (all forgotten when more come)."""
-INLINE_BUILD_MAX = 1_000
-"""Stores of at most this many documents build a missing token stage while the query that needs it waits (seconds);
-larger ones in the background (token_build.py), their queries answered from the summaries meanwhile."""
 
 
 class StoreView:
-    """Vector counts (``n``), parts and the first stage of the documents this process knows."""
+    """Vector counts (``n``), parts and the search backend of the documents this process knows."""
 
     def __init__(self, engine: ChromaEngine, cache: VectorCache, path: Path, *, dim: int,
-                 n_centroids: int, n_candidates: int, lock: Any = None) -> None:
-        self.engine, self.cache, self.path, self.dim = engine, cache, path, dim
+                 config: SearchConfig, lock: Any = None) -> None:
+        self.engine, self.cache, self.path, self.dim, self.config = engine, cache, path, dim, config
         self.lock = lock if lock is not None else threading.RLock()
-        """The store's lock: every call into the view holds it; a background build takes it to read."""
+        """The store's lock: every call into the view holds it."""
         self.n: dict[str, int] = {}
         self.parts: dict[str, tuple[int, ...]] = {}
-        self.index = CentroidIndex(n_centroids, dim)
         self.reader = VectorReader(engine, cache, path, dim, self.n, self.parts)
-        # The token-level stage (faiss): built on first need when no saved copy matches the centroid one.
-        self.tokens: TokenIndex | None = None
-        self._tokens_wanted = faiss_available()
-        self._build: TokenStageBuild | None = None  # a token stage being built in the background
-        self._saved_position = -1  # the change feed's position of the first-stage snapshot in the cache
-        self._tokens_position = -1  # and of the token stage's
+        self.backend: SearchBackend = backend_for(config.backend, self.reader, dim=dim, config=config)
         self._added_since_save = 0
         self._feed_size = -1  # the feed's size when last followed completely (-1: never, this process)
         self._matches: dict[str, tuple[int, list[str]]] = {}  # where filter -> (feed size, matching ids)
-        self.search = TwoStageSearch(self.index, self.reader, n_candidates, token_stage=self._token_stage)
 
     def open(self) -> list[str]:
         """Fill the view: the cache's snapshot plus the feed since, or every record. Returns ids changed meanwhile."""
-        saved = self.index.load(self.cache.first_stage_dir) if self.cache.position else None
+        saved = self.backend.load(self.cache.first_stage_dir) if self.cache.position else None
         parts = _saved_parts(saved)
         if saved is not None and parts is not None:
-            self.n.update(zip(self.index.ids(), saved["counts"].tolist()))
+            self.n.update(zip(self.backend.ids(), saved["counts"].tolist()))
             self.parts.update(parts)
             if int(saved["position"]) != self.cache.position:  # replay from the snapshot (replaying is idempotent)
                 self.cache.position = int(saved["position"])
                 self.cache.seen.clear()
-            self._saved_position = int(saved["position"])
-            if self._tokens_wanted:
-                tokens = TokenIndex(self.dim)
-                kept = tokens.load(self.cache.token_stage_dir)
-                if kept is not None and int(kept.get("position", -1)) == int(saved["position"]) and len(tokens) == len(self.n):
-                    self.tokens, self._tokens_position = tokens, int(saved["position"])
             return self.follow()
-        self.index = CentroidIndex(self.index.n_centroids, self.dim)
-        self.search.first_stage = self.index
+        self.backend = backend_for(self.config.backend, self.reader, dim=self.dim, config=self.config)
         self.n.clear()
         self.parts.clear()
         position, seen = self.engine.position()  # first: a commit landing meanwhile is replayed, not missed
@@ -104,31 +92,22 @@ class StoreView:
             parts = meta.get("_parts")
             if parts:
                 self.parts[doc_id] = tuple(int(v) for v in parts)
-        self.index.add(ids, cents)
+        self.backend.add(ids, cents)
 
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray], counts: Sequence[int],
-            parts: Sequence[tuple[int, ...] | None], vectors: Sequence[np.ndarray]) -> None:
-        """Our own commit: documents whose summaries and vectors we already hold."""
-        self.index.add(list(ids), summaries)
-        self._touched(ids)
-        if self.tokens is not None:
-            self.tokens.add(list(ids), vectors)
-        elif self._tokens_wanted and not self.n:  # the first documents of a store: start the token stage with them
-            self.tokens = TokenIndex(self.dim)
-            self.tokens.add(list(ids), vectors)
+            parts: Sequence[tuple[int, ...] | None]) -> None:
+        """Our own commit: documents whose summaries we already hold."""
+        self.backend.add(list(ids), summaries)
         for doc_id, n, split in zip(ids, counts, parts):
             self.n[doc_id] = int(n)
             if split:
                 self.parts[doc_id] = split
         self._added_since_save += len(ids)
         if self._added_since_save >= _SAVE_EVERY:  # bounds the in-memory segments of a long indexing run
-            self.save()  # after the counts: a save records them, and a token-stage rebuild reads every counted id
+            self.save()
 
     def forget(self, ids: Sequence[str]) -> None:
-        self.index.remove(ids)
-        self._touched(ids)
-        if self.tokens is not None:
-            self.tokens.remove(ids)
+        self.backend.remove(ids)
         for doc_id in ids:
             self.n.pop(doc_id, None)
             self.parts.pop(doc_id, None)
@@ -150,8 +129,6 @@ class StoreView:
         self.forget(touched)
         records = self.engine.records(touched) if touched else {}
         self.ingest(records)
-        if self.tokens is not None:
-            self.tokens.add(*self._stored_vectors(touched))  # those still stored: re-ingested from their records
         self.cache.seen.update(c.key for c in changes)
         self.cache.position = max(self.cache.position, max(c.seq for c in changes))
         self.cache.mark_dirty()
@@ -159,6 +136,29 @@ class StoreView:
             self.save()
         self._feed_size = size
         return touched
+
+    def search(self, query: np.ndarray, k: int, allowed: set[str] | None,
+               metadata: Callable[[list[str]], Mapping[str, Mapping[str, Any]]], *, candidates: int | None = None,
+               exhaustive: bool = False, aggregate: str = "max") -> list[tuple[Scored, dict[str, Any]]]:
+        """The backend's best ``k`` with their metadata (``exhaustive``: every allowed document scored exactly in
+        float32). A document deleted by another writer between the search and the metadata fetch is left out and
+        its slot filled by the next one: a reader never fails on a writer."""
+        gone: set[str] = set()
+        found: list[tuple[Scored, dict[str, Any]]] = []
+        for _ in range(_RETRIES):
+            keep = allowed if not gone else set(allowed if allowed is not None else self.n) - gone
+            if exhaustive:
+                pool = list(keep) if keep is not None else list(self.n)
+                hits = ranked(query, pool, self.reader, k, self.config, aggregate=aggregate, exact=True)
+            else:
+                hits = self.backend.search(query, k, keep, candidates=candidates, aggregate=aggregate)
+            records = metadata([h.id for h in hits])
+            missing = {h.id for h in hits if h.id not in records}
+            found = [(h, dict(records[h.id])) for h in hits if h.id in records]
+            if not missing - gone or len(found) >= k:
+                break
+            gone |= missing
+        return found[:k]
 
     def matching(self, where: Mapping[str, Any]) -> list[str]:
         """Ids whose metadata match a ``where`` filter, remembered until the feed moves.
@@ -177,42 +177,10 @@ class StoreView:
         self._matches[key] = (self._feed_size, found)
         return found
 
-    def _token_stage(self) -> TokenIndex | None:
-        """The token-level stage; where there is none, built from every stored vector: while the query waits on a
-        small store (``INLINE_BUILD_MAX``), else in the background (meanwhile what it has added so far, its
-        ``coverage`` below 1, or None before that: the caller takes the summaries' candidates for the rest). Saved
-        once built."""
-        if self.tokens is not None or not self._tokens_wanted or not self.n:
-            return self.tokens
-        if len(self.n) <= INLINE_BUILD_MAX:
-            self.tokens = self._build_tokens()
-            self.save()
-        elif self._build is None or not self._build.running:  # none yet, or one that failed (logged): start one
-            self._build = self._new_build()
-            self._build.start()
-            logger.warning(
-                "%s has no token-level first stage on this machine: building it in the background from %d documents' "
-                "vectors (minutes at 100k on 2 cores); until then short queries take their candidates from the "
-                "centroid summaries and the part built so far, which may rank fewer of the best. `docpc warm` builds "
-                "it ahead of the first query.", self.path, len(self.n))
-        return self.tokens if self.tokens is not None or self._build is None else self._build.partial
-
-    @property
-    def token_stage_state(self) -> str:
-        """``ready``, ``building`` (in the background), ``absent`` (built on first need) or ``unavailable`` (no faiss)."""
-        if self.tokens is not None:
-            return "ready"
-        if not self._tokens_wanted:
-            return "unavailable"
-        return "building" if self._build is not None and self._build.running else "absent"
-
-    def warm(self, on_progress: Callable[[int, int], None] | None = None, *, chunk: int = 500,
-             on_build: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-        """Fetch into the cache every document's vectors it lacks, then build the token stage where it has none and
-        save both first stages: what a fresh machine's first queries would otherwise wait for (at 100k on 2 cores,
-        minutes). Interrupted, it keeps what it fetched (the cache saves as it grows) and a re-run goes on. A build
-        running in the background is taken over where it stands. ``on_progress``: (fetched, documents);
-        ``on_build``: (added to the token stage, documents)."""
+    def warm(self, on_progress: Callable[[int, int], None] | None = None, *, chunk: int = 500) -> dict[str, Any]:
+        """Fetch into the cache every document's vectors it lacks and save the snapshot: what a fresh machine's first
+        queries would otherwise wait for. Interrupted, it keeps what it fetched (the cache saves as it grows) and a
+        re-run goes on. ``on_progress``: (fetched so far, documents)."""
         started = time.perf_counter()
         ids = list(self.n)
         missing = [doc_id for doc_id in ids if doc_id not in self.cache]
@@ -220,82 +188,12 @@ class StoreView:
             self.reader.packed(missing[start : start + chunk])
             if on_progress is not None:
                 on_progress(len(ids) - len(missing) + min(start + chunk, len(missing)), len(ids))
-        built = self.tokens is None and self._tokens_wanted and bool(self.n)
-        if built:
-            self.tokens = self._build_tokens(on_build)
         self.save()
-        return {"documents": len(ids), "fetched": len(missing), "token_stage_built": built,
-                "token_stage": self.tokens is not None, "seconds": time.perf_counter() - started}
-
-    def close(self) -> None:
-        """Stop a background build (what it built is lost: the next reader starts again)."""
-        if self._build is not None:
-            self._build.stop()
-            self._build = None
-
-    def _new_build(self) -> TokenStageBuild:
-        return TokenStageBuild(self.dim, list(self.n), read=self._stored_vectors, lock=self.lock, done=self._adopt,
-                               label=str(self.path), position=self.cache.position, persist=self._persist)
-
-    def _persist(self, build: TokenStageBuild) -> None:
-        """Save a finished background build as it stands (outside the lock: its index is still its own)."""
-        started = time.perf_counter()
-        try:
-            build.tokens.save(self.cache.token_stage_dir, {"position": np.array(build.position, dtype=np.int64)})
-        except OSError as exc:
-            logger.warning("could not save the token stage to %s: %s", self.cache.token_stage_dir, exc)
-            return
-        logger.info("saved the token-level first stage of %s in %.1f s", self.path, time.perf_counter() - started)
-
-    def _build_tokens(self, on_progress: Callable[[int, int], None] | None = None) -> TokenIndex:
-        """A token-level stage of every stored vector, built in this thread (one running in the background, if
-        any, is taken over where it stands)."""
-        build, self._build = self._build, None
-        if build is not None:
-            build.stop()
-        if build is None or build.error is not None:
-            build = self._new_build()
-        build.on_progress = on_progress
-        return self._applied(build)
-
-    def _adopt(self, build: TokenStageBuild) -> None:
-        """A background build finished (called under the lock): the changes made meanwhile applied, then used. Saved
-        again only where its saved copy no longer matches the cache's first-stage snapshot (a change came meanwhile,
-        or the snapshot is older than the view): the 100k write holds the lock for tens of seconds."""
-        self._build = None
-        if build.saved and not build.touched and build.position == self.cache.position == self._saved_position:
-            self.tokens = build.run()  # nothing left to read: the index as saved
-            self._tokens_position = build.position
-            return
-        self.tokens = self._applied(build)
-        self.save()
-
-    def _applied(self, build: TokenStageBuild) -> TokenIndex:
-        """``build`` finished (in this thread if it had not) with the documents changed since it began."""
-        tokens = build.run()
-        touched = list(build.touched)
-        tokens.remove(touched)
-        tokens.add(*self._stored_vectors(touched))
-        return tokens
-
-    def _touched(self, ids: Sequence[str]) -> None:
-        if self._build is not None:
-            self._build.touch(ids)
-
-    def _stored_vectors(self, ids: Sequence[str]) -> tuple[list[str], list[np.ndarray]]:
-        """The float32 vectors of those of ``ids`` still stored, with their ids."""
-        ids = [doc_id for doc_id in ids if doc_id in self.n]
-        packed = self.reader.packed(ids)
-        found = [doc_id for doc_id in ids if doc_id in packed]
-        out = []
-        for doc_id in found:
-            q, scale, _ = self.reader.unpacked(doc_id, packed[doc_id])
-            out.append(dequantize(q, scale))
-        return found, out
+        return {"documents": len(ids), "fetched": len(missing), "seconds": time.perf_counter() - started}
 
     def save(self) -> None:
-        """Save the first stage as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
-        ids = self.index.ids()
+        """Save the backend as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
+        ids = self.backend.ids()
         extras = {
             "counts": np.array([self.n.get(i, 0) for i in ids], dtype=np.int64),
             "part_ids": np.array(list(self.parts), dtype=str),
@@ -304,17 +202,20 @@ class StoreView:
         }
         self._added_since_save = 0
         try:
-            self.index.save(self.cache.first_stage_dir, extras)
-            self._saved_position = int(extras["position"])
-            if self.tokens is not None and self.tokens.outgrown:  # lists trained on the first few documents
-                self.tokens = self._build_tokens()
-            if self.tokens is not None and (self.tokens.changed or self._tokens_position != self.cache.position):
-                self.tokens.save(self.cache.token_stage_dir, {"position": extras["position"]})  # 2.6 GB at 100k
-                self._tokens_position = self.cache.position
+            self.backend.save(self.cache.first_stage_dir, extras)
             (self.cache.folder / "first_stage.npz").unlink(missing_ok=True)  # where 0.2 kept it
         except OSError as exc:
-            logger.warning("could not save the first stage to %s: %s", self.cache.first_stage_dir, exc)
+            logger.warning("could not save the search snapshot to %s: %s", self.cache.first_stage_dir, exc)
         self.cache.save()
+
+
+def checked_queries(queries: Sequence[np.ndarray], dim: int) -> list[np.ndarray]:
+    """Queries as float32 ``[n_tokens, dim]`` matrices; ValueError for an empty or misshapen one."""
+    qs = [np.asarray(q, dtype=np.float32) for q in queries]
+    for q in qs:
+        if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] != dim:
+            raise ValueError(f"query must be a non-empty [n_tokens, {dim}] matrix, got {q.shape}")
+    return qs
 
 
 def _saved_parts(saved: Mapping[str, np.ndarray] | None) -> dict[str, tuple[int, ...]] | None:

@@ -1,9 +1,17 @@
-"""Search over the store's vectors: a first stage behind a small interface, exact scoring, and the two together."""
+"""Search over the store's vectors: backends behind a small interface (backend.py), one configuration (config.py)."""
 
-from docpc_retrievers.store.search.base import CandidateIndex, VectorSource
+from docpc_retrievers.store.search.backend import Scored, SearchBackend, VectorSource
+from docpc_retrievers.store.search.centroid_search import CentroidSearch
 from docpc_retrievers.store.search.centroids import CentroidIndex, document_centroids
+from docpc_retrievers.store.search.config import BACKENDS, SearchConfig
 from docpc_retrievers.store.search.exact import exact_scores
-from docpc_retrievers.store.search.two_stage import CANDIDATE_TOKEN_BUDGET, TwoStageSearch, check_queries
+from docpc_retrievers.store.search.scan import ExactScan
 
-__all__ = ["CANDIDATE_TOKEN_BUDGET", "CandidateIndex", "CentroidIndex", "TwoStageSearch", "VectorSource",
-           "check_queries", "document_centroids", "exact_scores"]
+__all__ = ["BACKENDS", "CentroidIndex", "CentroidSearch", "ExactScan", "Scored", "SearchBackend", "SearchConfig",
+           "VectorSource", "backend_for", "document_centroids", "exact_scores"]
+
+
+def backend_for(kind: str, source: VectorSource, *, dim: int, config: SearchConfig | None = None) -> SearchBackend:
+    """A new, empty backend of ``kind`` (one of :data:`BACKENDS`) reading rows from ``source``."""
+    config = (config or SearchConfig()).with_options(backend=kind)
+    return {"centroids": CentroidSearch, "scan": ExactScan}[kind](source, dim, config)

@@ -16,23 +16,14 @@ import numpy as np
 
 from docpc_retrievers.blas_threads import one_openmp_thread, openmp_pinning_works
 from docpc_retrievers.scoring.maxsim import int8_products, maxsim_int8
-from docpc_retrievers.store.search.base import VectorSource
+from docpc_retrievers.store.search.backend import VectorSource
 
-__all__ = ["AGGREGATORS", "SHORTLIST_BLOCK", "SHORTLIST_THREADS", "approximate_scores", "exact_scores"]
+__all__ = ["AGGREGATORS", "approximate_scores", "exact_scores"]
 
 AGGREGATORS = {"max": np.max, "mean": np.mean, "sum": np.sum}
 """How a multi-part record's part scores make its score: MaxP, AvgP, SumP."""
-SHORTLIST_BLOCK = 256
-"""Candidates per task of the parallel approximate pass (about 100k rows of a grid store: 12 MB copied, then
-multiplied while much of it is still in the CPU's cache)."""
-SHORTLIST_THREADS = max(1, min(4, os.cpu_count() or 1))
-"""Threads of the approximate pass, each multiplying on one OpenMP thread (the blocks are the parallelism). On the
-2-core benchmark machine (100k store, warm; medians of 10 alternating runs), a 28-token query's 640 / 1,400 / 4,096
-candidates took 19.7 / 40.3 / 121 ms on the calling thread and 16.4 / 32.2 / 97 ms in blocks on two threads of one
-OpenMP thread each; on two threads that kept two OpenMP threads each, typical queries ran slower than on the calling
-thread (usual p50 64-65 against 73-74 ms, long 72-76 against 91)."""
-
 _POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = max(1, min(4, os.cpu_count() or 1))
 _POOL_LOCK = threading.Lock()
 _PINNABLE: bool | None = None
 
@@ -45,7 +36,7 @@ def _pool() -> ThreadPoolExecutor | None:
         if _PINNABLE is None:
             _PINNABLE = openmp_pinning_works()
         if _POOL is None and _PINNABLE:
-            _POOL = ThreadPoolExecutor(max_workers=SHORTLIST_THREADS, thread_name_prefix="docpc-shortlist",
+            _POOL = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="docpc-shortlist",
                                        initializer=one_openmp_thread)
         return _POOL
 
@@ -60,16 +51,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def approximate_scores(query: np.ndarray, ids: Sequence[str], source: VectorSource, aggregate: str = "max") -> np.ndarray:
+def approximate_scores(query: np.ndarray, ids: Sequence[str], source: VectorSource, aggregate: str = "max", *,
+                       block: int = 256, threads: int = 2) -> np.ndarray:
     """Approximate scores ``[len(ids)]`` (:func:`exact_scores` with ``fast``; ``-inf``: deleted meanwhile), in
-    blocks of :data:`SHORTLIST_BLOCK` candidates on :data:`SHORTLIST_THREADS` threads when there are several."""
-    blocks = [ids[s : s + SHORTLIST_BLOCK] for s in range(0, len(ids), SHORTLIST_BLOCK)]
+    blocks of ``block`` candidates on a shared pool of threads when ``threads`` > 1 (each multiplying on one OpenMP
+    thread: the blocks are the parallelism)."""
+    blocks = [ids[s : s + block] for s in range(0, len(ids), block)]
     if not blocks:
         return np.zeros(0, dtype=np.float32)
     def scored(block: Sequence[str]) -> np.ndarray:
         return exact_scores(query, block, source, aggregate, fast=True)[0]
 
-    pool = None if len(blocks) == 1 or SHORTLIST_THREADS == 1 else _pool()
+    pool = None if len(blocks) == 1 or threads == 1 else _pool()
     return np.concatenate(list(map(scored, blocks) if pool is None else pool.map(scored, blocks)))
 
 

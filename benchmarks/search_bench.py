@@ -1,0 +1,221 @@
+"""Search judged on real token vectors (and synthetic ones as a guard): recall@10 and latency, stage by stage.
+
+Every system searches the same stored vectors in this process (pooled by 2 as the indexer pools, int8 with a
+scale per row as the store keeps them), with no Chroma in the way; the truth is exhaustive float32 MaxSim over
+those stored vectors, under the same filter. Latency is reported as p50/p90 ms and as a ratio to the exhaustive
+int8 scan measured in the same run, with the CPU's name beside it.
+
+    python benchmarks/search_bench.py --corpus real --docs 10000 --systems search scan
+    python benchmarks/search_bench.py --corpus real --docs 100000       # windows over the 10k documents' stream
+    python benchmarks/search_bench.py --corpus synthetic --docs 10000   # store_bench's skewed topic generator
+
+Real sets (benchmarks/real_vectors.py): ``short`` (held-out titles), ``sentence`` (held-out sentences), and
+each under filters keeping about 5% (``-f5``) and 0.5% (``-f05``) of the documents. Synthetic sets: store_bench's
+skewed generator's sets (usual, hard, topic, short, long, padded, short_copy, short_mix, copy8, filter5, filter05).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import real_vectors
+
+from docpc_retrievers.encoders.pooling import pool_vectors
+from docpc_retrievers.store.codec import quantize
+
+log = logging.getLogger("search_bench")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+class StoredRows:
+    """Documents' int8 rows and scales held in memory: the store's ``VectorSource`` without Chroma or a cache."""
+
+    def __init__(self, ids: list[str], vectors: list[np.ndarray]) -> None:
+        self.ids = ids
+        self.lengths = np.array([v.shape[0] for v in vectors])
+        self.offsets = np.concatenate(([0], np.cumsum(self.lengths)))
+        q, s = zip(*(quantize(v) for v in vectors))
+        self.codes = np.ascontiguousarray(np.concatenate(q))
+        self.scales = np.concatenate(s).astype("<f2")
+        self.slot = {d: i for i, d in enumerate(ids)}
+
+    def doc_rows(self, doc: str) -> tuple[np.ndarray, np.ndarray]:
+        i = self.slot[doc]
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return self.codes[a:b], self.scales[a:b]
+
+    def rows(self, ids: list[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+        kept = [d for d in ids if d in self.slot]
+        slots = np.array([self.slot[d] for d in kept], dtype=np.int64)
+        if not len(slots):
+            return [], [], np.zeros((0, self.codes.shape[1]), np.int8), np.zeros(0, "<f2")
+        starts, ends = self.offsets[slots], self.offsets[slots + 1]
+        take = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)])
+        return kept, (ends - starts).tolist(), self.codes[take], self.scales[take]
+
+    def parts(self, doc_id: str) -> None:
+        return None
+
+    def float_vectors(self) -> list[np.ndarray]:
+        return [self.codes[a:b].astype(np.float32) * self.scales[a:b, None].astype(np.float32)
+                for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+
+
+def exhaustive_top(query: np.ndarray, rows: StoredRows, allowed: np.ndarray | None, k: int = 10) -> list[str]:
+    """Exact float32 MaxSim over every stored (dequantised) row, in chunks of documents; ``allowed``: slots."""
+    n_docs = len(rows.ids)
+    scores = np.full(n_docs, -np.inf, dtype=np.float32)
+    step = 4096
+    for s in range(0, n_docs, step):
+        e = min(n_docs, s + step)
+        a, b = rows.offsets[s], rows.offsets[e]
+        x = rows.codes[a:b].astype(np.float32) * rows.scales[a:b, None].astype(np.float32)
+        sims = query @ x.T  # [t, rows]
+        per_doc = np.maximum.reduceat(sims, rows.offsets[s:e] - a, axis=1)  # [t, docs]
+        scores[s:e] = per_doc.sum(axis=0)
+    if allowed is not None:
+        mask = np.full(n_docs, -np.inf, dtype=np.float32)
+        mask[allowed] = 0
+        scores = scores + mask
+    top = np.argsort(-scores, kind="stable")[:k]
+    return [rows.ids[i] for i in top if scores[i] > -np.inf]
+
+
+def pooled(vectors: list[np.ndarray], cache: Path | None) -> list[np.ndarray]:
+    """Each document pooled by 2 as the indexer pools (cached beside the corpus when ``cache`` is given)."""
+    if cache is not None and cache.exists():
+        z = np.load(cache)
+        return np.split(z["rows"].astype(np.float32), np.cumsum(z["lengths"])[:-1])
+    out = []
+    for i, v in enumerate(vectors):
+        out.append(pool_vectors(v.astype(np.float32), 2)[0])
+        if (i + 1) % 5000 == 0:
+            log.info("pooled %d documents", i + 1)
+    if cache is not None:
+        np.savez(cache, rows=np.concatenate(out).astype(np.float16), lengths=np.array([len(p) for p in out]))
+    return out
+
+
+def real_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np.ndarray, dict[str, tuple[list, Any]]]:
+    corpus = real_vectors.build(min(args.docs, 10_000), args.cache)
+    key = f"{corpus.manifest['units_key']}-{corpus.manifest['documents']}"
+    if args.docs > corpus.manifest["documents"]:
+        corpus = real_vectors.windows(corpus, args.docs)
+        key += f"-windows{args.docs}"
+    vectors = pooled(corpus.vectors, args.cache / f"pooled-{key}.npz")
+    ids = [f"{i:032x}" for i in range(len(vectors))]
+    sets: dict[str, tuple[list, Any]] = {}
+    for name, qs in corpus.queries.items():
+        qs = qs[: args.queries]
+        sets[name] = (qs, None)
+        sets[f"{name}-f5"] = (qs, np.flatnonzero(corpus.buckets < 10))
+        sets[f"{name}-f05"] = (qs, np.flatnonzero(corpus.buckets == 0))
+    return ids, vectors, corpus.buckets, sets
+
+
+def synthetic_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np.ndarray, dict[str, tuple[list, Any]]]:
+    from store_bench import SyntheticCorpus
+
+    corpus = SyntheticCorpus(seed=args.seed, skew=1.1)
+    docs = [corpus.document(760) for _ in range(args.docs)]
+    every = max(1, args.docs // args.queries)
+    targets = [docs[i] for i in range(every // 2, args.docs, every)][: args.queries]
+    queries = corpus.query_sets(targets)
+    vectors = [pool_vectors(d, 2)[0] for d in docs]
+    buckets = np.random.default_rng(args.seed).integers(0, 1000, args.docs)
+    filters = {"filter5": np.flatnonzero(buckets < 50), "filter05": np.flatnonzero(buckets < 5)}
+    ids = [f"{i:032x}" for i in range(args.docs)]
+    return ids, vectors, buckets, {name: (qs, filters.get(name)) for name, qs in queries.items()}
+
+
+def measure(search: Callable[[np.ndarray, set[str] | None], list[str]], sets: dict[str, tuple[list, Any]],
+            ids: list[str], truth: dict[str, list[list[str]]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for name, (qs, allowed_slots) in sets.items():
+        allowed = None if allowed_slots is None else {ids[i] for i in allowed_slots}
+        lat, rec = [], []
+        for q, best in zip(qs, truth[name]):
+            t0 = time.perf_counter()
+            got = search(q, allowed)
+            lat.append(time.perf_counter() - t0)
+            rec.append(len(set(got[:10]) & set(best)) / max(1, len(best)))
+        out[name] = {"recall10": statistics.mean(rec), "p50_ms": 1000 * statistics.median(lat),
+                     "p90_ms": 1000 * float(np.percentile(lat, 90))}
+    return out
+
+
+def systems(rows: StoredRows, ids: list[str], vectors: list[np.ndarray], names: list[str]
+            ) -> dict[str, Callable[[np.ndarray, set[str] | None], list[str]]]:
+    """The systems asked for, built over the same rows."""
+    import search_systems
+
+    return {n: search_systems.build(n, rows, ids, vectors) for n in names}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", choices=("real", "synthetic"), default="real")
+    ap.add_argument("--docs", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--systems", nargs="+", default=["search", "scan"])
+    ap.add_argument("--cache", type=Path, default=real_vectors.DEFAULT_CACHE)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
+    rows = StoredRows(ids, vectors)
+    log.info("%d documents, %d stored rows; exhaustive truth", len(ids), rows.codes.shape[0])
+    truth = {name: [exhaustive_top(q, rows, slots) for q in qs] for name, (qs, slots) in sets.items()}
+    result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),
+                              "rows": int(rows.codes.shape[0]), "systems": {}}
+    for name, search in systems(rows, ids, vectors, args.systems).items():
+        log.info("measuring %s", name)
+        search(sets[next(iter(sets))][0][0], None)  # warm: first-use costs are not a query's
+        result["systems"][name] = measure(search, sets, ids, truth)
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+def report(result: dict[str, Any]) -> str:
+    """A markdown table: recall@10 and p50/p90 per set and system, and p50 as a ratio to the ``scan`` system."""
+    lines = [f"{result['corpus']} vectors, {result['docs']:,} documents ({result['rows']:,} stored rows), "
+             f"CPU: {result['cpu']}", ""]
+    names = list(result["systems"])
+    lines.append("| set | " + " | ".join(f"{n}: recall@10, p50 / p90 ms" for n in names) + " |")
+    lines.append("|---" * (len(names) + 1) + "|")
+    base = result["systems"].get("scan")
+    for s in next(iter(result["systems"].values())):
+        cells = []
+        for n in names:
+            m = result["systems"][n][s]
+            ratio = f" ({m['p50_ms'] / base[s]['p50_ms']:.2f}x scan)" if base and n != "scan" else ""
+            cells.append(f"{m['recall10']:.3f}, {m['p50_ms']:.1f} / {m['p90_ms']:.1f}{ratio}")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
