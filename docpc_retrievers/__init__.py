@@ -31,7 +31,7 @@ from docpc_retrievers.errors import (
     StoreLockedError,
 )
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.3.0.dev0"
 
 _LAZY = {
     "EncoderOptions": "config",

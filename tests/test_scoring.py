@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from docpc_retrievers.scoring.maxsim import maxsim, maxsim_half, maxsim_padded, maxsim_reference, pad_vectors
+from docpc_retrievers.scoring.maxsim import maxsim, maxsim_padded, maxsim_reference, pad_vectors
 
 
 def _unit(rng: np.random.Generator, n: int, dim: int = 16) -> np.ndarray:
@@ -69,18 +69,6 @@ def test_empty_inputs_and_bad_shapes() -> None:
         maxsim([_unit(rng, 2)], [np.zeros((0, 16), dtype=np.float32)])
     with pytest.raises(ValueError):
         maxsim([_unit(rng, 2, dim=8)], [_unit(rng, 3, dim=16)])
-
-
-@pytest.mark.parametrize("equal_lengths", [False, True])
-def test_half_precision_screen_is_close_to_float32(equal_lengths: bool) -> None:
-    rng = np.random.default_rng(11)
-    q = _unit(rng, 6)
-    docs = [_unit(rng, 30 if equal_lengths else int(rng.integers(1, 50))).astype(np.float16) for _ in range(40)]
-    exact = maxsim([q], docs)[0]
-    rough = maxsim_half(q, docs)
-    assert rough.shape == (40,)
-    np.testing.assert_allclose(rough, exact, atol=2e-2)
-    assert np.argmax(rough) == np.argmax(exact)
 
 
 def _int8_docs(rng: np.random.Generator, lengths: list[int], dim: int = 64) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
@@ -251,39 +239,6 @@ def test_the_int8_passs_padding_width_changes_no_score(
         monkeypatch.setattr(module, "INT8_VARIED_COLUMNS", columns)
         np.testing.assert_allclose(module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8), now,
                                    rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("chunk_rows", [1, 45, 10_000])
-@pytest.mark.parametrize("n_tokens", [1, 3, 8])
-def test_a_short_query_against_equal_documents_scores_as_the_wide_pass_does(
-    n_tokens: int, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The narrow pass (a few tokens, documents of one row count: products turned to tokens x rows) gives the
-    scores of the 32-column pass, chunked anywhere, and of the float32 products to the query's int8 rounding."""
-    import importlib
-
-    import torch
-
-    module = importlib.import_module("docpc_retrievers.scoring.maxsim")
-    rng = np.random.default_rng(13)
-    lengths = [30] * 23
-    _deq, rows, scales = _int8_docs(rng, lengths)
-    q = _unit(rng, n_tokens, 64)
-    monkeypatch.setattr(module, "INT8_CHUNK_ROWS", chunk_rows)
-    called: list[int] = []
-    real = module._maxsim_int8_narrow
-    monkeypatch.setattr(module, "_maxsim_int8_narrow", lambda *a: called.append(1) or real(*a))
-    try:
-        narrow = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
-    except RuntimeError:
-        pytest.skip("this torch build has no int8 matrix product")
-    assert called == [1] and narrow.shape == (23,)
-    monkeypatch.setattr(module, "INT8_NARROW_TOKENS", 0)
-    wide = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
-    assert called == [1]  # the wide pass
-    np.testing.assert_allclose(narrow, wide, rtol=1e-6, atol=1e-6)
-    exact = module.maxsim_int8(q, rows, scales, lengths)
-    np.testing.assert_allclose(narrow, exact, atol=0.02 * n_tokens)
 
 
 def test_fastest_picks_the_quicker_run_and_times_a_clearly_slower_one_only_once() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from docpc_retrievers.scoring.kernels import int8_products_exact, query_peak
 
-__all__ = ["int8_products", "maxsim", "maxsim_half", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors", "quantized_query"]
+__all__ = ["int8_products", "maxsim", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors", "quantized_query"]
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -162,32 +162,6 @@ def _matmul_t(docs: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return (d.float() @ q.T).numpy()
 
 
-def maxsim_half(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
-    """Approximate MaxSim of one query against float16 documents, computed in float16 with torch.
-
-    About twice as fast as :func:`maxsim` on CPUs with native half-precision
-    matrix units, and never slower elsewhere; scores differ from float32 by
-    about 1e-3. Used to screen candidates, whose final scores are then
-    computed exactly by :func:`maxsim`. Returns ``[len(documents)]`` float32.
-    """
-    import torch
-
-    if not documents:
-        return np.zeros(0, dtype=np.float32)
-    q = torch.from_numpy(_as_matrix(query, "query")).to(torch.float16)
-    lengths = [int(d.shape[0]) for d in documents]
-    if min(lengths) == 0:
-        raise ValueError("every document needs at least one vector")
-    flat = torch.from_numpy(np.ascontiguousarray(np.concatenate(documents, axis=0), dtype=np.float16))
-    if len(set(lengths)) == 1:
-        # Grids of one store share a size: [T, sum n_d] viewed as [T, docs, n] reduces along
-        # contiguous memory, several times faster than a segment reduce.
-        best = (q @ flat.T).view(q.shape[0], len(lengths), lengths[0]).amax(dim=2).T
-    else:
-        best = torch.segment_reduce(flat @ q.T, "max", lengths=torch.tensor(lengths), axis=0)
-    return best.float().sum(dim=1).numpy()
-
-
 def maxsim_int8(
     query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths: Sequence[int], *, dtype: Any = None
 ) -> np.ndarray:
@@ -228,13 +202,6 @@ INT8_VARIED_COLUMNS = 8
 whose cost follows the columns, so narrower padding pays (benchmarks/int8_columns_bench.py, 256 documents of 300-440
 rows, one thread: 3-7 tokens 10.6 -> 4.1-4.2 ms, 10-16 tokens 10.6-10.7 -> 6.0-6.1, 20 tokens 10.1 -> 8.2, 48 tokens
 24.8 -> 16.7, 25-32 unchanged; with one row count, 8 columns ran 1.3-2.8x slower than 32)."""
-INT8_NARROW_TOKENS = 8
-"""Queries of at most this many tokens against documents of one row count take :func:`_maxsim_int8_narrow`: 8
-columns, turned so that the max runs over contiguous rows, in place of 32 columns whose max runs across them. 256
-documents of 380 rows on one thread (with the row scaling): 3 tokens 2.7 -> 1.3 ms, 5 tokens 2.5 -> 1.6, 7 tokens
-2.5 -> 2.0; 12 tokens took 4.2 against 2.5, so longer queries keep the wide pass. On the benchmark's 100k store
-short queries' approximate pass went from 38 to 35 ms and their p50 from 118-124 to 112-120 ms (three alternating
-rounds, the machine in its slower state; docs/store.md)."""
 INT8_CHUNK_ROWS = 32_768
 """Rows per int8 product in :func:`maxsim_int8`: the ``[rows, T]`` products stay in the CPU's cache while they are
 scaled and reduced, and no product writes a fresh 39 MB output (one oneDNN call over 389,120 rows x 25 tokens took
@@ -251,8 +218,6 @@ def _maxsim_int8_products(query: np.ndarray, d: Any, row_scales: Any, lengths: l
     q8, token_scales = quantized_query(query)
     t = q8.shape[0]
     uniform = len(set(lengths)) == 1
-    if uniform and t <= INT8_NARROW_TOKENS:
-        return _maxsim_int8_narrow(q8, token_scales, d, row_scales[:, 0], len(lengths), lengths[0])
     columns = INT8_COLUMNS if uniform else INT8_VARIED_COLUMNS
     width = -(-t // columns) * columns
     if width != t:  # zero tokens: their columns are dropped after the max
@@ -269,26 +234,6 @@ def _maxsim_int8_products(query: np.ndarray, d: Any, row_scales: Any, lengths: l
         best[first:last] = _segment_max(sims, lengths[first:last])
         first = last
     return (best[:, :t] * token_scales[None, :]).sum(dim=1).numpy()
-
-
-def _maxsim_int8_narrow(q8: np.ndarray, token_scales: Any, d: Any, row_scales: Any, docs: int, rows: int) -> Any:
-    """MaxSim of a query of at most :data:`INT8_NARROW_TOKENS` int8 tokens against ``docs`` documents of ``rows`` rows
-    each: the products ``[N, 8]``, turned to ``[T, N]`` so that each token's max over a document's rows is a
-    reduction over contiguous memory, and only the query's own tokens scaled and reduced."""
-    import torch
-
-    t = q8.shape[0]
-    padded = np.zeros((INT8_NARROW_TOKENS, q8.shape[1]), dtype=np.int8)
-    padded[:t] = q8
-    best = torch.empty((t, docs), dtype=torch.float32)
-    per_chunk = max(1, INT8_CHUNK_ROWS // rows)
-    for first in range(0, docs, per_chunk):
-        last = min(docs, first + per_chunk)
-        lo, hi = first * rows, last * rows
-        sims = int8_products_exact(d[lo:hi], padded).float().T[:t].contiguous()  # [T, rows of the chunk]
-        sims.mul_(row_scales[None, lo:hi])
-        best[:, first:last] = sims.view(t, last - first, rows).amax(dim=2)
-    return (best * token_scales[:, None]).sum(dim=0).numpy()
 
 
 def _segment_max(sims: Any, lengths: list[int]) -> Any:

@@ -1,0 +1,25 @@
+"""One version everywhere, and newer than every release the docs call old."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import docpc_retrievers
+from docpc_retrievers import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_package_the_command_and_pyproject_agree_on_a_version_newer_than_the_last_release(capsys) -> None:  # type: ignore[no-untyped-def]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert docpc_retrievers.__version__ == declared
+    try:
+        cli.main(["--version"])
+    except SystemExit as exc:  # argparse's version action exits 0
+        assert exc.code in (0, None)
+    assert declared in capsys.readouterr().out
+    released = re.findall(r"^## (\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    newest = max(tuple(map(int, v.split("."))) for v in released)
+    assert tuple(map(int, declared.split(".")[:2])) > newest  # a development version is ahead of every release
