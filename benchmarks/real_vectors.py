@@ -22,8 +22,8 @@ Queries, never copied from stored text:
   (``bucket == 0``) of documents, ``bucket`` being ``crc32(name) % 200``.
 
 100k documents: the 10k documents' vectors in file order form one stream; each
-of the 100k documents is a window of 250-750 consecutive vectors starting at a
-uniform position. A window may span two adjacent pages (names sorted, so
+of the 100k documents is a window of consecutive vectors starting at a uniform
+position (search_bench.py takes windows of 125-375 over the pooled stream). A window may span two adjacent pages (names sorted, so
 neighbours are often one package's pages), as a grid spans several pages of
 one PDF; windows overlap, so a document has near-duplicates, as real
 collections do. Only already encoded vectors are reused.
@@ -296,13 +296,14 @@ def _load(folder: Path) -> RealCorpus:
     return RealCorpus(vectors, names, np.array([bucket_of(n) for n in names]), queries, manifest)
 
 
-def windows(corpus: RealCorpus, n_docs: int, seed: int = 1) -> RealCorpus:
-    """``n_docs`` documents as windows of 250-750 consecutive vectors over the corpus's stream (see module doc)."""
+def windows(corpus: RealCorpus, n_docs: int, seed: int = 1,
+            lengths: tuple[int, int] = (MIN_TOKENS, MAX_TOKENS)) -> RealCorpus:
+    """``n_docs`` documents as windows of ``lengths`` consecutive vectors over the corpus's stream (see module doc)."""
     stream = np.concatenate(corpus.vectors)
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(MIN_TOKENS, MAX_TOKENS + 1, n_docs)
-    starts = rng.integers(0, stream.shape[0] - MAX_TOKENS, n_docs)
-    vectors = [stream[s : s + n] for s, n in zip(starts, lengths)]
+    sizes = rng.integers(lengths[0], lengths[1] + 1, n_docs)
+    starts = rng.integers(0, stream.shape[0] - lengths[1], n_docs)
+    vectors = [stream[s : s + n] for s, n in zip(starts, sizes)]
     names = [f"window-{i}" for i in range(n_docs)]
     manifest = dict(corpus.manifest, documents=n_docs, windows_of=corpus.manifest["documents"])
     return RealCorpus(vectors, names, np.array([bucket_of(n) for n in names]), corpus.queries, manifest)

@@ -10,7 +10,9 @@ int8 scan measured in the same run, with the CPU's name beside it.
     python benchmarks/search_bench.py --corpus synthetic --docs 10000   # store_bench's skewed topic generator
 
 Real sets (benchmarks/real_vectors.py): ``short`` (held-out titles), ``sentence`` (held-out sentences), and
-each under filters keeping about 5% (``-f5``) and 0.5% (``-f05``) of the documents. Synthetic sets: store_bench's
+each under filters keeping about 5% (``-f5``) and 0.5% (``-f05``) of the documents. Above 10,000 documents the
+documents are windows of 125-375 consecutive vectors over the 10k documents' pooled stream (a window of pooled
+vectors stands for a pooled window of 250-750 tokens; pooling 100k windows anew would take longer than the run). Synthetic sets: store_bench's
 skewed generator's sets (usual, hard, topic, short, long, padded, short_copy, short_mix, copy8, filter5, filter05).
 """
 
@@ -70,9 +72,10 @@ class StoredRows:
         slots = np.array([self.slot[d] for d in kept], dtype=np.int64)
         if not len(slots):
             return [], [], np.zeros((0, self.codes.shape[1]), np.int8), np.zeros(0, "<f2")
-        starts, ends = self.offsets[slots], self.offsets[slots + 1]
-        take = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)])
-        return kept, (ends - starts).tolist(), self.codes[take], self.scales[take]
+        starts, ends = self.offsets[slots].tolist(), self.offsets[slots + 1].tolist()
+        codes = np.concatenate([self.codes[a:b] for a, b in zip(starts, ends)])
+        scales = np.concatenate([self.scales[a:b] for a, b in zip(starts, ends)])
+        return kept, [b - a for a, b in zip(starts, ends)], codes, scales
 
     def parts(self, doc_id: str) -> None:
         return None
@@ -120,10 +123,11 @@ def pooled(vectors: list[np.ndarray], cache: Path | None) -> list[np.ndarray]:
 def real_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np.ndarray, dict[str, tuple[list, Any]]]:
     corpus = real_vectors.build(min(args.docs, 10_000), args.cache)
     key = f"{corpus.manifest['units_key']}-{corpus.manifest['documents']}"
-    if args.docs > corpus.manifest["documents"]:
-        corpus = real_vectors.windows(corpus, args.docs)
-        key += f"-windows{args.docs}"
-    vectors = pooled(corpus.vectors, args.cache / f"pooled-{key}.npz")
+    corpus.vectors = pooled(corpus.vectors, args.cache / f"pooled-{key}.npz")
+    if args.docs > corpus.manifest["documents"]:  # windows over the pooled stream: half as many vectors each
+        corpus = real_vectors.windows(corpus, args.docs, lengths=(real_vectors.MIN_TOKENS // 2,
+                                                                   real_vectors.MAX_TOKENS // 2))
+    vectors = corpus.vectors
     ids = [f"{i:032x}" for i in range(len(vectors))]
     sets: dict[str, tuple[list, Any]] = {}
     for name, qs in corpus.queries.items():

@@ -143,7 +143,9 @@ def test_page_budget_and_cache_bound_the_encoder_calls(tmp_path: Path, corpus: l
     with DocPCIndex(tmp_path / "s", encoder=encoder2) as again:
         again.search("red", top_k=3, rerank=True, rerank_top_n=3, page_budget=2)
         assert encoder2.images_encoded == 0
+        assert again.info()["page_cache_bytes"] > 0
         assert again.clear_page_cache() == total
+        assert again.info()["page_cache_pages"] == 0 and again.info()["page_cache_bytes"] == 0  # the files go too
         again.search("red", top_k=3, rerank=True, rerank_top_n=1, page_budget=2)
         assert encoder2.images_encoded == 1  # only the grid's top document (B, one page)
 

@@ -91,11 +91,11 @@ class PageEmbeddingCache:
         }
 
     def clear(self) -> int:
-        """Drop every cached page (all fingerprints); returns how many were removed.
+        """Drop every cached page (all fingerprints) and the files that held them; returns how many were removed.
 
-        Records are deleted through Chroma (whose client stays cached in this
-        process, so deleting its files underneath it would leave stale
-        records), then its local cache is removed.
+        Deleting records alone would leave Chroma's files at their size (its SQLite keeps the freed pages), so the
+        whole folder goes once the store is closed; the next open at this path starts a fresh Chroma client
+        (engine.py drops the stale one).
         """
         removed = len(self._memory)
         self._memory.clear()
@@ -104,9 +104,9 @@ class PageEmbeddingCache:
         store = self._open()
         if store is None or not self._writable:
             raise StoreLockedError(f"page cache {self.directory} is in use by another process; clear it later")
-        removed += store.delete(store.ids())
+        removed += store.count()
         self.close()
-        shutil.rmtree(StoreLayout(self.directory).cache, ignore_errors=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
         return removed
 
     def close(self) -> None:
