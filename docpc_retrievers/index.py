@@ -127,7 +127,13 @@ class DocPCIndex:
         return self._encoders.get()
 
     def add_pdfs(self, paths: Iterable[str | os.PathLike[str]], **options: Any) -> IndexReport:
-        """Index PDF files and folders; see :meth:`Indexer.add_pdfs` for ``password``, ``batch_size``, ``progress``, ..."""
+        """Index PDF files and folders; see :meth:`Indexer.add_pdfs` for ``password``, ``batch_size``, ``progress``, ...
+
+        A model given for a store that already has one is checked first, even when no file needs encoding: a run
+        that only finds unchanged files must not accept the wrong model (ModelMismatchError).
+        """
+        if self._encoders.explicit and self._store.settings.get("encoder"):
+            self._encoders.get()
         self.last_report = self._indexer.add_pdfs(paths, **options)
         return self.last_report
 

@@ -108,6 +108,17 @@ def test_a_copy_elsewhere_works_and_another_checkpoint_is_refused(
     assert "different weights or configuration" in message
 
 
+def test_another_checkpoint_is_refused_even_when_no_file_needs_encoding(
+    built: tuple[Path, Path], tmp_path: Path, other_checkpoint: Path
+) -> None:
+    """Re-indexing unchanged files with another model was reported as "unchanged 3": the mismatch must show."""
+    store, _model = built
+    with DocPCIndex(store, model=other_checkpoint, writable=True) as index:
+        with pytest.raises(ModelMismatchError):
+            index.add_pdfs([tmp_path / "docs"], workers=0)
+        assert index.store.count() == 3  # nothing changed
+
+
 def test_store_written_before_identities_opens_and_is_upgraded_on_write(built: tuple[Path, Path], tmp_path: Path) -> None:
     store, model = built
     with MultiVectorStore(store, writable=True) as raw:  # rewrite the record as 0.2 wrote it

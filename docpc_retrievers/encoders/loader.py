@@ -49,6 +49,11 @@ class EncoderLoader:
         self._lock = threading.Lock()
 
     @property
+    def explicit(self) -> bool:
+        """Whether a model or an encoder was given (not taken from the store)."""
+        return self._model is not None or self._encoder is not None
+
+    @property
     def model(self) -> str:
         """The checkpoint: the encoder's, else the one asked for, else where the store's model is found, else the default."""
         if self._encoder is not None:
