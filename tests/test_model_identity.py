@@ -85,7 +85,8 @@ def test_renamed_model_folder_is_accepted_and_named_in_errors(built: tuple[Path,
         with pytest.raises(ModelLoadError) as caught:
             index.search("identity document", 2)
         message = str(caught.value)
-        assert f"Model folder {str(model)!r} does not exist. This store was built with folder {model}" in message
+        assert f"Model folder {str(model)!r} does not exist: check the path" in message
+        assert f"This store was built with folder {model}" in message
         assert "fingerprint sha256:" in message and "--model DIR" in message and "vidore" not in message
     with DocPCIndex(store, model=moved) as index:
         assert len(index.search("identity document", 2)) == 2
@@ -106,6 +107,23 @@ def test_a_copy_elsewhere_works_and_another_checkpoint_is_refused(
     message = str(caught.value)
     assert fingerprint_folder(model) in message and fingerprint_folder(other_checkpoint) in message
     assert "different weights or configuration" in message
+
+
+def test_a_first_run_whose_model_cannot_load_records_no_model_and_runs_again_with_one(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """A failed first run left a store that said it used the default hub model, and a hint to download that
+    model for a folder that was only mistyped."""
+    docs = tmp_path / "docs"
+    make_pdf(docs / "a.pdf", "first run", 1)
+    with DocPCIndex(tmp_path / "store", model=tmp_path / "no-such-model", writable=True) as index:
+        with pytest.raises(ModelLoadError) as caught:
+            index.add_pdfs([docs], workers=0)
+        assert "does not exist: check the path" in str(caught.value) and "vidore" not in str(caught.value)
+        assert index.info()["model"] is None and index.store.count() == 0
+    with DocPCIndex(tmp_path / "store", model=tiny_checkpoint, writable=True) as index:  # the same, with a model
+        assert len(index.add_pdfs([docs], workers=0).indexed) == 1
+        assert index.info()["model_fingerprint"] == fingerprint_folder(tiny_checkpoint)
 
 
 def test_another_checkpoint_is_refused_even_when_no_file_needs_encoding(

@@ -84,7 +84,7 @@ def info_text(info: dict[str, Any]) -> str:
         ("store", info["path"] + (f" on the Chroma server {info['server']}" if info.get("server") else " (embedded)")),
         ("collection", info.get("collection")),
         ("documents", f"{info['documents']} ({info['images_encoded']} images encoded, {info['vectors']} vectors)"),
-        ("model", info.get("model")),
+        ("model", info.get("model") or "none recorded yet: the first document indexed records it"),
         ("fingerprint", info.get("model_fingerprint")),
         ("hub commit", info.get("model_revision")),
         ("family", f"{info.get('family')}, dim {info.get('dim')}"

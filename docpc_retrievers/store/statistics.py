@@ -58,7 +58,7 @@ def describe(
         "bytes_grid_images": parts["grids"],
         "bytes_cache": store.cache.bytes(),
         "bytes_per_document": {**per_doc, "on_disk": round(on_disk / docs) if docs else 0},
-        "model": identity.hub_id or identity.path or identity.model_id or model,
+        "model": (identity.hub_id or identity.path or identity.model_id or model) if encoder else None,
         "model_fingerprint": identity.fingerprint,
         "model_revision": identity.revision,
         "model_path": identity.path,
