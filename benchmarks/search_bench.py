@@ -210,12 +210,12 @@ def report(result: dict[str, Any]) -> str:
     names = list(result["systems"])
     lines.append("| set | " + " | ".join(f"{n}: recall@10, p50 / p90 ms" for n in names) + " |")
     lines.append("|---" * (len(names) + 1) + "|")
-    base = result["systems"].get("scan")
+    base = result["systems"].get("scan") or result["systems"].get("legacy-scan")
     for s in next(iter(result["systems"].values())):
         cells = []
         for n in names:
             m = result["systems"][n][s]
-            ratio = f" ({m['p50_ms'] / base[s]['p50_ms']:.2f}x scan)" if base and n != "scan" else ""
+            ratio = f" ({m['p50_ms'] / base[s]['p50_ms']:.2f}x scan)" if base and "scan" not in n else ""
             cells.append(f"{m['recall10']:.3f}, {m['p50_ms']:.1f} / {m['p90_ms']:.1f}{ratio}")
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
