@@ -472,3 +472,18 @@ def test_row_gathers_reuse_a_bounded_scratch_buffer(tmp_path: Path, monkeypatch:
         np.testing.assert_array_equal(big[: len(docs[0])], quantize(docs[0])[0])
         third = reader.rows(ids[:1])[2]
         assert np.shares_memory(third, second) and not np.shares_memory(third, big)  # and they were not kept
+
+
+def test_a_cache_from_before_the_search_rewrite_loses_its_token_stage_and_searches_as_before(tmp_path: Path) -> None:
+    """Caches written by 0.2 may hold a faiss token stage (2.6 GB at 100k documents): it is deleted on open, and the
+    store answers as it did."""
+    ids, docs = _fill(tmp_path / "s", n=30)
+    q = docs[4][:5]
+    with MultiVectorStore(tmp_path / "s") as store:
+        before = [(h.id, h.score) for h in store.search(q, top_k=5)]
+    old = tmp_path / "s" / "cache" / "token_stage" / "snap-1"
+    old.mkdir(parents=True)
+    (old / "ivf.index").write_bytes(b"\0" * 4096)
+    with MultiVectorStore(tmp_path / "s") as store:
+        assert not (tmp_path / "s" / "cache" / "token_stage").exists()
+        assert [(h.id, h.score) for h in store.search(q, top_k=5)] == before

@@ -267,8 +267,7 @@ def _resolve_config(model: str | Path, hub: _HubAccess, *, seen: tuple[str, ...]
             f"{_how_to_fix(name)}"
         )
     if looks_like_path(model):
-        raise ModelLoadError(f"Model folder {str(local)!r} does not exist: check the path (a Hugging Face Hub id "
-                             "has the form owner/name).")
+        raise ModelLoadError(f"Model folder {str(local)!r} does not exist. {_how_to_fix(name)}")
 
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
