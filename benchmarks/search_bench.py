@@ -85,24 +85,41 @@ class StoredRows:
                 for a, b in zip(self.offsets[:-1], self.offsets[1:])]
 
 
-def exhaustive_top(query: np.ndarray, rows: StoredRows, allowed: np.ndarray | None, k: int = 10) -> list[str]:
-    """Exact float32 MaxSim over every stored (dequantised) row, in chunks of documents; ``allowed``: slots."""
+def exhaustive_tops(sets: dict[str, tuple[list, Any]], rows: StoredRows, k: int = 10,
+                    docs_per_chunk: int = 256) -> dict[str, list[list[str]]]:
+    """Exact float32 MaxSim over every stored (dequantised) row for every query of every set, under each set's
+    filter: each chunk of documents is dequantised once and multiplied with all queries' tokens together."""
+    import torch
+
+    flat = [(name, i, q) for name, (qs, _) in sets.items() for i, q in enumerate(qs)]
+    tokens = torch.from_numpy(np.concatenate([q for _, _, q in flat]).astype(np.float32))
+    bounds = np.cumsum([0] + [q.shape[0] for _, _, q in flat])
+    owner = torch.from_numpy(np.repeat(np.arange(len(flat)), np.diff(bounds)))
     n_docs = len(rows.ids)
-    scores = np.full(n_docs, -np.inf, dtype=np.float32)
-    step = 4096
-    for s in range(0, n_docs, step):
-        e = min(n_docs, s + step)
-        a, b = rows.offsets[s], rows.offsets[e]
-        x = rows.codes[a:b].astype(np.float32) * rows.scales[a:b, None].astype(np.float32)
-        sims = query @ x.T  # [t, rows]
-        per_doc = np.maximum.reduceat(sims, rows.offsets[s:e] - a, axis=1)  # [t, docs]
-        scores[s:e] = per_doc.sum(axis=0)
-    if allowed is not None:
-        mask = np.full(n_docs, -np.inf, dtype=np.float32)
-        mask[allowed] = 0
-        scores = scores + mask
-    top = np.argsort(-scores, kind="stable")[:k]
-    return [rows.ids[i] for i in top if scores[i] > -np.inf]
+    scores = torch.empty((len(flat), n_docs), dtype=torch.float32)
+    for s in range(0, n_docs, docs_per_chunk):
+        e = min(n_docs, s + docs_per_chunk)
+        a, b = int(rows.offsets[s]), int(rows.offsets[e])
+        x = torch.from_numpy(rows.codes[a:b]).float() * torch.from_numpy(rows.scales[a:b].astype(np.float32))[:, None]
+        sims = x @ tokens.T  # [rows of the chunk, all tokens]
+        lengths = torch.from_numpy((rows.offsets[s + 1 : e + 1] - rows.offsets[s:e]).astype(np.int64))
+        best = torch.segment_reduce(sims, "max", lengths=lengths, axis=0)  # [docs, all tokens]
+        per_query = torch.zeros((e - s, len(flat)), dtype=torch.float32)
+        per_query.index_add_(1, owner, best)
+        scores[:, s:e] = per_query.T
+        if (s // docs_per_chunk) % 20 == 0:
+            log.info("exhaustive truth: %d of %d documents", e, n_docs)
+    out: dict[str, list[list[str]]] = {name: [] for name in sets}
+    for j, (name, _, _) in enumerate(flat):
+        row = scores[j].numpy()
+        allowed = sets[name][1]
+        if allowed is not None:
+            masked = np.full(n_docs, -np.inf, dtype=np.float32)
+            masked[allowed] = row[allowed]
+            row = masked
+        top = np.argsort(-row, kind="stable")[:k]
+        out[name].append([rows.ids[i] for i in top if row[i] > -np.inf])
+    return out
 
 
 def pooled(vectors: list[np.ndarray], cache: Path | None) -> list[np.ndarray]:
@@ -191,7 +208,7 @@ def main() -> None:
     ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
     rows = StoredRows(ids, vectors)
     log.info("%d documents, %d stored rows; exhaustive truth", len(ids), rows.codes.shape[0])
-    truth = {name: [exhaustive_top(q, rows, slots) for q in qs] for name, (qs, slots) in sets.items()}
+    truth = exhaustive_tops(sets, rows)
     result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),
                               "rows": int(rows.codes.shape[0]), "systems": {}}
     for name, search in systems(rows, ids, vectors, args.systems).items():

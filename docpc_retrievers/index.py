@@ -127,13 +127,8 @@ class DocPCIndex:
         return self._encoders.get()
 
     def add_pdfs(self, paths: Iterable[str | os.PathLike[str]], **options: Any) -> IndexReport:
-        """Index PDF files and folders; see :meth:`Indexer.add_pdfs` for ``password``, ``batch_size``, ``progress``, ...
-
-        A model given for a store that already has one is checked first, even when no file needs encoding: a run
-        that only finds unchanged files must not accept the wrong model (ModelMismatchError).
-        """
-        if self._encoders.explicit and self._store.settings.get("encoder"):
-            self._encoders.get()
+        """Index PDF files and folders; see :meth:`Indexer.add_pdfs` for ``password``, ``batch_size``, ``progress``, ..."""
+        self._encoders.check_given()
         self.last_report = self._indexer.add_pdfs(paths, **options)
         return self.last_report
 
@@ -168,8 +163,7 @@ class DocPCIndex:
         ``filters``: a Chroma ``where`` dict. ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or
         SumP (``sum``). ``rerank=True``: rescore the top ``rerank_top_n`` (20) documents from up to ``page_budget``
         (4) pages each at full resolution, fused with weight ``grid_weight`` (0.5); ``password`` opens sources;
-        ``candidates``: the first stage's count (None: by query length; more: recall on large stores, slower).
-        """
+        ``candidates``: the first stage's count (None: by query length; more: recall on large stores, slower)."""
         return self.search_with([query], SearchOptions.build(
             top_k, filters=filters, aggregate=aggregate, rerank=rerank, rerank_top_n=rerank_top_n,
             page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates))[0]

@@ -48,10 +48,11 @@ class EncoderLoader:
         self._check = check
         self._lock = threading.Lock()
 
-    @property
-    def explicit(self) -> bool:
-        """Whether a model or an encoder was given (not taken from the store)."""
-        return self._model is not None or self._encoder is not None
+    def check_given(self) -> None:
+        """Load and check a model given for a store that already records one (ModelMismatchError), even when the
+        caller may need no encoding: a run that only finds unchanged files must not accept the wrong model."""
+        if (self._model is not None or self._encoder is not None) and self._recorded():
+            self.get()
 
     @property
     def model(self) -> str:
