@@ -252,6 +252,9 @@ def result_metadata(result: SearchResult) -> dict[str, Any]:
     if result.reranked:
         metadata["reranked"] = True
         metadata["grid_score"] = result.grid_score
+    elif result.rerank_error:
+        metadata["reranked"] = False
+        metadata["rerank_error"] = result.rerank_error
     return metadata
 
 

@@ -143,7 +143,7 @@ def rerank_results(
     """Grid-then-page: rescore the top ``settings.top_n`` results from their best pages, fused with the grid score.
 
     ``query`` is the encoded query ``[n_tokens, dim]``. A document whose
-    source cannot be read keeps its grid score (logged).
+    source cannot be read keeps its grid score and says why (``rerank_error``).
     """
     head, tail = results[: settings.top_n], results[settings.top_n :]
     reranked: list[SearchResult] = []
@@ -157,7 +157,7 @@ def rerank_results(
             scores = reranker.page_scores(r.id, source, chosen, query, password)
         except (PDFLoadError, OSError) as exc:
             logger.warning("not reranking %s: %s", r.id, exc)
-            reranked.append(r)
+            reranked.append(replace(r, rerank_error=str(exc)))
             continue
         fused = fuse(r.score, list(scores.values()), settings.grid_weight)
         ev = [EvidencePage(p, score=s) for p, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from docpc_retrievers.documents.user_metadata import user_part
+
 if TYPE_CHECKING:
     from docpc_retrievers.explain.explanation import Explanation
 
@@ -57,6 +59,8 @@ class SearchResult:
     evidence_pages: list[EvidencePage] = field(default_factory=list)
     grid_score: float | None = None
     reranked: bool = False
+    rerank_error: str | None = None
+    """Why reranking was asked for this document and could not run (its source unreadable): it kept its grid score."""
 
     @classmethod
     def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any]) -> SearchResult:
@@ -151,7 +155,9 @@ class SearchResult:
             "pages": self.total_pages,
             "selected_pages": self.selected_pages,
             "evidence_pages": [e.to_dict() for e in self.evidence_pages],
+            "metadata": user_part(self.metadata),
             **({"grid_score": self.grid_score, "reranked": True} if self.reranked else {}),
+            **({"reranked": False, "rerank_error": self.rerank_error} if self.rerank_error else {}),
         }
 
 

@@ -252,6 +252,7 @@ def test_search_json_is_a_ranked_list_of_documents(
         assert isinstance(r["pages"], int) and r["pages"] >= 1
         assert r["selected_pages"] and all(1 <= p <= r["pages"] for p in r["selected_pages"])
         assert Path(r["source"]).is_relative_to(CORPUS)
+        assert r["metadata"] == {}  # the corpus store has no keys of the user's
     scores = [r["score"] for r in results]
     assert scores == sorted(scores, reverse=True)
     assert len({r["id"] for r in results}) == len(results)

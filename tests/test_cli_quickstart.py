@@ -61,3 +61,32 @@ def test_every_quickstart_command_runs(
         assert len(index) >= 20
         assert document_id(DELETED) not in index.store
         assert index.resolve_ids([DELETED]) == []
+
+
+README = REPO_ROOT / "README.md"
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
+def test_the_readmes_quickstart_without_weights_runs_as_written(tmp_path: Path) -> None:
+    """The README's first-screen quickstart, run from the checkout's root as a newcomer would (its /tmp paths moved
+    under this test's folder, and its corpus path pointed at the test corpus)."""
+    import subprocess
+    import sys
+
+    section = README.read_text().split("## Try it", 1)[1]
+    block = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]
+    lines = [line.strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert [shlex.split(line)[0] for line in lines] == [".venv/bin/python"] + [".venv/bin/docpc"] * 3
+    env = dict(os.environ, HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False")
+    bin_dir = Path(sys.executable).parent
+    outputs = []
+    for line in lines:
+        argv = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(line)]
+        argv = [str(CORPUS) if a == "../shared/corpus/py-pdf-sample-files" else a for a in argv]
+        argv[0] = str(bin_dir / Path(argv[0]).name)  # this interpreter's environment, wherever the checkout is
+        proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode in ((0, 3) if "index" in argv else (0,)), (line, proc.stdout, proc.stderr)
+        outputs.append(proc.stdout)
+    hits = [line for line in outputs[2].splitlines() if re.match(r"\s*\d+\.\s", line)]  # "  1.    6.1061  Title"
+    assert len(hits) == 3, outputs[2]
+    assert str(tmp_path / "tiny-colqwen2") in outputs[3] and "fingerprint" in outputs[3]

@@ -597,3 +597,14 @@ def test_store_grids_false_keeps_no_previews_and_composes_them_on_request(
 
         again = Image.open(io.BytesIO(index.grid_image_bytes(doc_id))).convert("RGB")
         assert again.size == grid.image.size and again.tobytes() == grid.image.tobytes()
+
+
+def test_a_results_json_carries_the_users_metadata_and_only_theirs() -> None:
+    """`docpc search --json` left out the keys users filter on, which the integrations return."""
+    from docpc_retrievers.results import SearchResult
+
+    stored = {"source": "/d/a.pdf", "title": "A", "total_pages": 3, "selected_pages": [1, 2, 3], "_n": 40,
+              "dept": "legal", "year": 2024, "tags": ["x", "y"]}
+    as_json = SearchResult.from_metadata("a" * 32, 1.5, 1, stored).to_dict()
+    assert as_json["metadata"] == {"dept": "legal", "year": 2024, "tags": ["x", "y"]}
+    assert "reranked" not in as_json and "rerank_error" not in as_json  # not asked for: nothing to say

@@ -156,6 +156,24 @@ def test_rerank_top_n_limits_which_documents_are_reranked(tmp_path: Path, corpus
         assert [r.reranked for r in results] == [True, False, False]
 
 
+def test_a_document_that_cannot_be_reranked_says_so_on_its_hit_and_in_json(tmp_path: Path, corpus: list[Path]) -> None:
+    """Its source gone, a document keeps its grid score: the hit says reranked False and why (it was only logged),
+    as do the --json form and the frameworks' metadata."""
+    from docpc_retrievers.adapters import result_metadata
+
+    with _index(tmp_path / "s", corpus, ColourEncoder()) as index:
+        corpus[1].unlink()  # b.pdf
+        results = index.search("red", top_k=3, rerank=True, rerank_top_n=3, page_budget=1)
+    by_name = {Path(r.source or "").name: r for r in results}
+    failed, fine = by_name["b.pdf"], by_name["a.pdf"]
+    assert not failed.reranked and failed.rerank_error and "b.pdf" in failed.rerank_error
+    assert failed.grid_score is None and fine.reranked and fine.rerank_error is None
+    as_json = failed.to_dict()
+    assert as_json["reranked"] is False and as_json["rerank_error"] == failed.rerank_error
+    assert fine.to_dict()["reranked"] is True and "grid_score" in fine.to_dict()
+    assert result_metadata(failed)["reranked"] is False and result_metadata(failed)["rerank_error"]
+
+
 def test_choose_pages_prefers_text_matches_then_grid_evidence_then_page_order() -> None:
     texts = ["cover", "table of revenue by region", "appendix", "revenue"]
     assert choose_pages(4, 2, "revenue region", texts) == [1, 3]
