@@ -69,7 +69,7 @@ def main() -> None:
     if args.run:
         print(json.dumps(insert(Path(args.run[0]), Path(args.run[1]), args.batch)))
         return
-    from search_bench import cpu_name
+    from machine import cpu_name
 
     real = not args.synthetic and real_vectors_cached()
     docs = documents(args.docs, real)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import statistics
 import sys
 import time
@@ -33,21 +32,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_vectors
+from machine import cpu_name
 
 from docpc_retrievers.encoders.pooling import pool_vectors
 from docpc_retrievers.store.codec import quantize
 
 log = logging.getLogger("search_bench")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 class StoredRows:

@@ -647,7 +647,7 @@ def main() -> None:
     if args.reader:
         reader(args)
         return
-    from search_bench import cpu_name
+    from machine import cpu_name
 
     machine = {"cpu": cpu_name()}
     print(f"CPU: {machine['cpu']}", flush=True)
