@@ -70,11 +70,10 @@ class SearchBackend(ABC):
     @abstractmethod
     def __len__(self) -> int: ...
 
-    def save(self, folder: Path, extras: Mapping[str, np.ndarray]) -> None:
+    @abstractmethod
+    def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
         """Write the backend and ``extras`` (arrays the store keeps beside it) under ``folder``."""
-        folder.mkdir(parents=True, exist_ok=True)
-        np.savez(folder / "backend.npz", ids=np.array(self.ids(), dtype=str), **dict(extras))
 
+    @abstractmethod
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
         """Replace the contents with what :meth:`save` wrote; the extras, or None when nothing usable is there."""
-        raise NotImplementedError

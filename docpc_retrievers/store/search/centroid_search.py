@@ -8,13 +8,14 @@ small enough to score whole skips the summaries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from docpc_retrievers.store.search.backend import Scored, SearchBackend
+from docpc_retrievers.store.search.backend import Scored, SearchBackend, VectorSource
 from docpc_retrievers.store.search.centroids import CentroidIndex
+from docpc_retrievers.store.search.config import SearchConfig
 from docpc_retrievers.store.search.ranking import ranked
 
 __all__ = ["CentroidSearch"]
@@ -23,8 +24,8 @@ __all__ = ["CentroidSearch"]
 class CentroidSearch(SearchBackend):
     """Summaries in a :class:`CentroidIndex` (memory-mapped once saved), candidates ranked exactly."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, source: VectorSource, dim: int, config: SearchConfig | None = None) -> None:
+        super().__init__(source, dim, config)
         self.summaries = CentroidIndex(self.config.n_centroids, self.dim)
 
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray]) -> None:
@@ -49,7 +50,7 @@ class CentroidSearch(SearchBackend):
     def __len__(self) -> int:
         return len(self.summaries)
 
-    def save(self, folder: Path, extras: dict[str, np.ndarray] | None = None) -> None:  # type: ignore[override]
+    def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
         self.summaries.save(folder, extras)
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:

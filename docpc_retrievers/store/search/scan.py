@@ -3,12 +3,13 @@ the fastest choice where a store is small."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from docpc_retrievers.store.search.backend import Scored, SearchBackend
+from docpc_retrievers.store.search.backend import Scored, SearchBackend, VectorSource
+from docpc_retrievers.store.search.config import SearchConfig
 from docpc_retrievers.store.search.ranking import ranked
 
 __all__ = ["ExactScan"]
@@ -17,8 +18,8 @@ __all__ = ["ExactScan"]
 class ExactScan(SearchBackend):
     """Keeps only the ids; a query's candidates are every allowed document."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, source: VectorSource, dim: int, config: SearchConfig | None = None) -> None:
+        super().__init__(source, dim, config)
         self._ids: dict[str, None] = {}
 
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray]) -> None:
@@ -38,6 +39,10 @@ class ExactScan(SearchBackend):
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez(folder / "backend.npz", ids=np.array(self.ids(), dtype=str), **dict(extras or {}))
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
         path = folder / "backend.npz"
