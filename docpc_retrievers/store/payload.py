@@ -148,7 +148,7 @@ def _gather(pieces: Sequence[np.ndarray], out: np.ndarray) -> None:
     """Copy byte arrays ``pieces`` one after another into ``out`` (uint8), without holding the GIL where it can.
 
     Why: numpy's concatenate holds the GIL through the copy, so the approximate pass's threads took turns; torch's
-    does not (1,280 candidates on two threads: 22 -> 17 ms on the 100k benchmark store, benchmarks/gather_bench.py).
+    does not (1,280 candidates on two threads: 22 -> 17 ms on the 100k benchmark store; benchmarks/results/).
     torch wraps only writable arrays without a warning: the cache maps its files copy-on-write (cache.py), and a
     read-only piece (none on the search path) falls back to numpy.
     """

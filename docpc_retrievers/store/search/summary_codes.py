@@ -6,7 +6,7 @@ dimension for the whole index (centroids are unit vectors, so every dimension
 has a bounded range), a saved snapshot is half the size, and the products run
 on the CPU's int8 units (oneDNN or ``torch._int_mm``: scoring/kernels.py):
 16 centroids x 100,000 documents x 26 query tokens took 27 ms on two cores
-against 41 ms in bfloat16 (docs/store.md). The query absorbs the dimension
+against 41 ms in bfloat16 (benchmarks/results/). The query absorbs the dimension
 scales (``<q, c> = sum_d (q_d s_d) code_d``) and is then rounded to int8 per
 token, as the candidates' approximate pass does.
 """
