@@ -19,6 +19,7 @@ skewed generator's sets (usual, hard, topic, short, long, padded, short_copy, sh
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import statistics
@@ -112,6 +113,25 @@ def exhaustive_tops(sets: dict[str, tuple[list, Any]], rows: StoredRows, k: int 
     return out
 
 
+def cached_truth(args: argparse.Namespace, sets: dict[str, tuple[list, Any]], rows: StoredRows
+                 ) -> dict[str, list[list[str]]]:
+    """The exhaustive truth, kept in the cache folder keyed by everything that decides it (a 100k rerun then
+    measures systems only)."""
+    digest = hashlib.sha256(rows.codes[:: max(1, rows.codes.shape[0] // 4096)].tobytes())
+    digest.update(json.dumps({n: [len(qs), None if a is None else len(a)] for n, (qs, a) in sets.items()}).encode())
+    for qs, _ in sets.values():
+        for q in qs:
+            digest.update(np.ascontiguousarray(q, dtype=np.float32).tobytes())
+    path = args.cache / f"truth-{args.corpus}-{len(rows.ids)}-{digest.hexdigest()[:16]}.json"
+    if path.exists():
+        log.info("exhaustive truth from %s", path)
+        return json.loads(path.read_text())
+    truth = exhaustive_tops(sets, rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(truth))
+    return truth
+
+
 def pooled(vectors: list[np.ndarray], cache: Path | None) -> list[np.ndarray]:
     """Each document pooled by 2 as the indexer pools (cached beside the corpus when ``cache`` is given)."""
     if cache is not None and cache.exists():
@@ -198,7 +218,7 @@ def main() -> None:
     ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
     rows = StoredRows(ids, vectors)
     log.info("%d documents, %d stored rows; exhaustive truth", len(ids), rows.codes.shape[0])
-    truth = exhaustive_tops(sets, rows)
+    truth = cached_truth(args, sets, rows)
     result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),
                               "rows": int(rows.codes.shape[0]), "systems": {}}
     for name, search in systems(rows, ids, vectors, args.systems).items():

@@ -335,16 +335,16 @@ def _int8_queries_at(peak: int | None) -> Any:
 
     if peak is None:
         return lambda: None
-    kernel, onednn_peak = kernels.int8_kernel(), kernels.onednn_exact_peak()
+    onednn_peak = kernels.onednn_exact_peak()
     if peak > onednn_peak:
-        kernels._KERNEL = kernels._int_mm
+        kernels._ONEDNN_PEAK = 0  # _int_mm with 8-bit queries
     elif onednn_peak:
-        kernels._KERNEL, kernels._ONEDNN_PEAK = kernels._onednn, peak
+        kernels._ONEDNN_PEAK = peak
     else:
         raise SystemExit(f"--query-peaks {peak}: this torch build has no exact oneDNN int8 products")
 
     def restore() -> None:
-        kernels._KERNEL, kernels._ONEDNN_PEAK = kernel, onednn_peak
+        kernels._ONEDNN_PEAK = onednn_peak
 
     return restore
 

@@ -6,6 +6,7 @@ These guard the structure the architecture page describes (docs/architecture.md)
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,11 @@ def test_store_modules_stay_small_and_search_has_its_own_room() -> None:
     assert {"backend.py", "config.py", "centroid_search.py", "scan.py", "ranking.py"} <= {
         p.name for p in (store / "search").glob("*.py")}
     assert max(v for k, v in sizes.items() if "/search/" in k) <= 400
+    search = [*(store / "search").glob("*.py"), *(PACKAGE / "scoring").glob("*.py"), PACKAGE / "blas_threads.py"]
+    assert sum(len(p.read_text().splitlines()) for p in search) <= 1500  # the search, read end to end
+    from docpc_retrievers.store.search import SearchConfig
+
+    assert len(dataclasses.fields(SearchConfig)) <= 20
     assert (PACKAGE / "encoders" / "pooling.py").is_file() and not (store / "pooling.py").exists()
     reaching = [p.relative_to(ROOT).as_posix() for p in store.rglob("*.py")
                 if "documents.represent" in p.read_text() or "documents.rendering" in p.read_text()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from docpc_retrievers.scoring.maxsim import maxsim, maxsim_padded, maxsim_reference, pad_vectors
+from docpc_retrievers.scoring.maxsim import maxsim, maxsim_reference
 
 
 def _unit(rng: np.random.Generator, n: int, dim: int = 16) -> np.ndarray:
@@ -38,26 +38,11 @@ def test_chunking_does_not_change_scores() -> None:
     np.testing.assert_allclose(maxsim(q, docs, max_vectors_per_chunk=7), maxsim(q, docs), rtol=1e-6)
 
 
-def test_padded_matches_reference() -> None:
-    rng = np.random.default_rng(3)
-    queries = [_unit(rng, n) for n in (3, 6)]
-    docs = [_unit(rng, n) for n in (1, 9, 4)]
-    qp, qm = pad_vectors(queries)
-    dp, dm = pad_vectors(docs)
-    expected = np.array([[maxsim_reference(q, d) for d in docs] for q in queries])
-    np.testing.assert_allclose(maxsim_padded(qp, qm, dp, dm), expected, rtol=1e-5, atol=1e-6)
-
-
-def test_padding_never_wins_when_all_similarities_are_negative() -> None:
-    # Every real similarity is negative: zero-masking would score 0 here.
+def test_documents_of_different_lengths_score_right_when_all_similarities_are_negative() -> None:
+    # Every real similarity is negative: padding with zeros would score 0 here.
     q = np.array([[1.0, 0.0]], dtype=np.float32)
     short = np.array([[-1.0, 0.0]], dtype=np.float32)
     long = np.array([[-0.6, 0.8], [-0.8, 0.6]], dtype=np.float32)
-    dp, dm = pad_vectors([short, long])
-    qp, qm = pad_vectors([q])
-    scores = maxsim_padded(qp, qm, dp, dm)
-    assert scores[0, 0] == pytest.approx(-1.0)
-    assert scores[0, 1] == pytest.approx(-0.6)
     np.testing.assert_allclose(maxsim([q], [short, long])[0], [-1.0, -0.6], rtol=1e-6)
 
 
@@ -97,32 +82,22 @@ def test_int8_query_products_shortlist_like_the_exact_scores(n_tokens: int) -> N
     """The int8 shortlisting pass: close to the exact int8 scores, same best document, any query length."""
     import torch
 
-    from docpc_retrievers.scoring.maxsim import int8_products, maxsim_int8
+    from docpc_retrievers.scoring.kernels import int8_products_exact
+    from docpc_retrievers.scoring.maxsim import maxsim_int8, quantized_query
 
     rng = np.random.default_rng(5)
     lengths = [int(n) for n in rng.integers(1, 40, 60)]
     deq, rows, scales = _int8_docs(rng, lengths)
     q = _unit(rng, n_tokens, 64)
     exact = maxsim_int8(q, rows, scales, lengths)
-    try:
-        rough = maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
-    except RuntimeError:
-        pytest.skip("this torch build has no int8 matrix product")
+    rough = maxsim_int8(q, rows, scales, lengths, approximate=True)
     assert rough.shape == exact.shape == (60,)
     np.testing.assert_allclose(rough, exact, atol=2e-2 * n_tokens)
     assert np.argmax(rough) == np.argmax(exact)
-    products = int8_products(q, torch.from_numpy(rows)).numpy() * scales.astype(np.float32)[:, None]
+    q8, token_scales = quantized_query(q)
+    products = (int8_products_exact(torch.from_numpy(rows), q8).float() * token_scales).numpy()
+    products *= scales.astype(np.float32)[:, None]
     np.testing.assert_allclose(products, np.concatenate(deq) @ q.T, atol=1.5e-2)
-
-
-def test_the_shortlisting_product_is_measured_once() -> None:
-    import torch
-
-    from docpc_retrievers.store.search import exact
-
-    first = exact._fast_dtype()
-    assert first in (torch.int8, torch.bfloat16, torch.float32)
-    assert exact._fast_dtype() is first
 
 
 @pytest.mark.parametrize("n_tokens", [1, 5, 8, 25, 33, 300])
@@ -188,12 +163,12 @@ def test_a_packed_query_is_not_reused_for_another_query() -> None:
     assert not torch.equal(first, second)
 
 
-def test_the_int8_kernel_is_measured_once() -> None:
+def test_the_int8_kernel_is_onednn_wherever_it_is_exact() -> None:
     from docpc_retrievers.scoring import kernels
 
-    first = kernels.int8_kernel()
-    assert first in (kernels._onednn, kernels._int_mm)
-    assert kernels.int8_kernel() is first
+    expected = kernels._onednn if kernels.onednn_exact_peak() else kernels._int_mm
+    assert kernels.int8_kernel() is expected
+    assert kernels.query_peak() == (kernels.onednn_exact_peak() or 127)
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 50, 10_000])
@@ -201,16 +176,15 @@ def test_int8_shortlisting_in_chunks_scores_every_document_once(chunk_rows: int,
     """Chunks of whole documents (smaller than one document, splitting the list anywhere) change no score."""
     import importlib
 
-    import torch
 
     module = importlib.import_module("docpc_retrievers.scoring.maxsim")  # the package re-exports a function of that name
     rng = np.random.default_rng(9)
     lengths = [int(n) for n in rng.integers(1, 90, 40)]
     _deq, rows, scales = _int8_docs(rng, lengths)
     q = _unit(rng, 6, 64)
-    whole = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    whole = module.maxsim_int8(q, rows, scales, lengths, approximate=True)
     monkeypatch.setattr(module, "INT8_CHUNK_ROWS", chunk_rows)
-    chunked = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
+    chunked = module.maxsim_int8(q, rows, scales, lengths, approximate=True)
     assert chunked.shape == (40,)
     np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
 
@@ -223,45 +197,15 @@ def test_the_int8_passs_padding_width_changes_no_score(
     """Queries padded to 8 or 32 columns (varied row counts take 8, equal ones 32) score every document alike."""
     import importlib
 
-    import torch
 
     module = importlib.import_module("docpc_retrievers.scoring.maxsim")
     rng = np.random.default_rng(11)
     lengths = [30] * 25 if equal_lengths else [int(n) for n in rng.integers(1, 60, 25)]
     _deq, rows, scales = _int8_docs(rng, lengths)
     q = _unit(rng, n_tokens, 64)
-    try:
-        now = module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8)
-    except RuntimeError:
-        pytest.skip("this torch build has no int8 matrix product")
+    now = module.maxsim_int8(q, rows, scales, lengths, approximate=True)
     for columns in (8, 32):
         monkeypatch.setattr(module, "INT8_COLUMNS", columns)
         monkeypatch.setattr(module, "INT8_VARIED_COLUMNS", columns)
-        np.testing.assert_allclose(module.maxsim_int8(q, rows, scales, lengths, dtype=torch.int8), now,
+        np.testing.assert_allclose(module.maxsim_int8(q, rows, scales, lengths, approximate=True), now,
                                    rtol=1e-6, atol=1e-6)
-
-
-def test_fastest_picks_the_quicker_run_and_times_a_clearly_slower_one_only_once() -> None:
-    """The quicker key wins; a run whose warm-up is far slower than the best timed run is not repeated; a run that
-    raises RuntimeError (an operation this build lacks) is left out."""
-    import time
-
-    from docpc_retrievers.scoring import kernels
-
-    calls = {"quick": 0, "slow": 0}
-
-    def quick() -> None:
-        calls["quick"] += 1
-
-    def slow() -> None:
-        calls["slow"] += 1
-        time.sleep(0.02)
-
-    def missing() -> None:
-        raise RuntimeError("not in this build")
-
-    assert kernels.fastest({"missing": missing, "quick": quick, "slow": slow}, repeats=3) == "quick"
-    assert calls == {"quick": 4, "slow": 1}
-    calls.update(quick=0, slow=0)
-    assert kernels.fastest({"slow": slow, "quick": quick}, repeats=3) == "quick"  # the slower first: both timed
-    assert calls == {"quick": 4, "slow": 4}

@@ -66,10 +66,13 @@ def _backend(kind: str, docs: dict[str, np.ndarray], **settings: int):  # type: 
 
 
 def test_the_configuration_is_checked_and_counts_candidates_by_query_length() -> None:
-    config = SearchConfig(candidates=100, candidate_budget=1000, max_candidates=400)
-    assert [config.candidates_for(t) for t in (1, 3, 5, 20)] == [400, 333, 200, 100]
+    config = SearchConfig(candidates=100, candidate_budget=1000, max_candidates=400, candidate_share=0.1)
+    assert [config.candidates_for(t, 1000) for t in (1, 3, 5, 20)] == [400, 333, 200, 100]
+    assert [config.candidates_for(t, 3000) for t in (1, 3, 5, 20)] == [400, 333, 300, 300]  # a share of the store
+    assert config.candidates_for(20, 100_000) == 400
     assert config.with_options(candidates=50).candidates == 50
-    for bad in ({"candidates": 0}, {"shortlist": -1}, {"candidates": 500, "max_candidates": 100}, {"backend": "x"}):
+    for bad in ({"candidates": 0}, {"shortlist": -1}, {"candidates": 500, "max_candidates": 100}, {"backend": "x"},
+                {"candidate_share": 1.5}):
         with pytest.raises(ValueError):
             SearchConfig(**bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError):

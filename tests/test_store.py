@@ -114,7 +114,8 @@ def test_a_search_takes_the_candidate_count_it_is_given(tmp_path: Path, monkeypa
     """n_candidates sets what the first stage keeps (never fewer than top_k); the whole pool is scored exactly."""
     docs, rng = _topical_docs(300, seed=5)
     ids = [f"d{i:03d}" for i in range(300)]
-    config = SearchConfig(n_centroids=8, candidates=20, candidate_budget=400, max_candidates=100, scan_below=1)
+    config = SearchConfig(n_centroids=8, candidates=20, candidate_budget=400, max_candidates=100, scan_below=1,
+                          candidate_share=0.0)
     with MultiVectorStore(tmp_path / "s", writable=True, search=config) as store:
         store.add(ids, docs, [_meta(i) for i in range(300)])
         q = _unit(docs[30][:20] + 0.3 * _unit(rng.standard_normal((20, DIM))))  # 20 tokens: 400 // 20 = 20
@@ -125,11 +126,17 @@ def test_a_search_takes_the_candidate_count_it_is_given(tmp_path: Path, monkeypa
         default = store.search(q, top_k=10)
         wide = store.search(q, top_k=10, n_candidates=120)
         store.search(q, top_k=10, n_candidates=3)
-        assert asked == [config.candidates_for(20), 120, 10]
+        assert asked == [config.candidates_for(20, 300), 120, 10]
         assert asked[0] == 20 and default[0].id == wide[0].id == ids[30]
         every = store.search(q, top_k=10, n_candidates=300)  # the whole pool: no first stage
         exact = store.search(q, top_k=10, exhaustive=True)
         assert len(asked) == 3
+        short = _unit(docs[30][:2])  # 2 tokens: 400 // 2 = 200, at most 100
+        store.search(short, top_k=10)
+        halved = store.search(short, top_k=10, where={"group": "even"})  # 100 of 150 is over half: every one scored
+        assert asked[3:] == [100]
+        assert [h.id for h in halved] == [h.id for h in store.search(short, top_k=10, where={"group": "even"},
+                                                                       exhaustive=True)]
         assert [h.id for h in every] == [h.id for h in exact]
         assert [h.score for h in every] == pytest.approx([h.score for h in exact], rel=1e-6)
         for bad in (0, -1, True, 2.5):

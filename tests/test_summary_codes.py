@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from docpc_retrievers.store.search import centroids as candidates
-from docpc_retrievers.store.search import summary_codes, summary_storage
+from docpc_retrievers.store.search import summary_codes
+from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot
 from docpc_retrievers.store.search.centroids import CentroidIndex
 from docpc_retrievers.store.search.summary_codes import (
     decode,
@@ -60,36 +61,30 @@ def test_int8_scores_follow_float_late_interaction(monkeypatch: pytest.MonkeyPat
     assert len(top & set(np.argsort(-got)[:100].tolist())) >= 95
 
 
-def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_float_snapshot_of_an_older_version_is_still_read(tmp_path: Path) -> None:
     """A version-1 snapshot (bfloat16 or float32, no scales) opens as before; the next save writes the current format."""
     rng = np.random.default_rng(3)
     summaries = np.transpose(_summaries(300), (1, 0, 2))
-    index = CentroidIndex(16, DIM)
-    index.add_block([f"d{i}" for i in range(300)], summaries)
-    monkeypatch.setattr(summary_storage, "_INT8_FASTER", False)  # what a version-1 save wrote: floats
-    monkeypatch.setattr(candidates, "_SNAPSHOT_VERSION", 1)
-    index.save(tmp_path / "fs")
-    meta_file = next((tmp_path / "fs").glob("snap-*/meta.json"))
-    meta = json.loads(meta_file.read_text())
-    assert meta["version"] == 1 and meta["dtype"] != "int8" and "fine_scales" not in meta
-    monkeypatch.undo()
+    snap = new_snapshot(tmp_path / "fs")  # what a version-1 save wrote: bfloat16 centroid-major slabs, no scales
+    slabs = torch.from_numpy(np.ascontiguousarray(np.transpose(summaries, (1, 0, 2)))).to(torch.bfloat16)
+    slabs.view(torch.int16).numpy().tofile(snap / "fine.bin")
+    publish_snapshot(snap, [f"d{i}" for i in range(300)], {"version": 1, "dtype": "bfloat16", "n_centroids": 16,
+                                                          "dim": DIM}, None)
     old = CentroidIndex(16, DIM)
     assert old.load(tmp_path / "fs") is not None and len(old) == 300
     query = _unit(summaries[7, :5] + 0.05 * rng.standard_normal((5, DIM)))
     assert old.top(query, 1) == ["d7"]
-    monkeypatch.setattr(summary_storage, "_INT8_FASTER", True)
     old.save(tmp_path / "fs")
     meta = json.loads(next((tmp_path / "fs").glob("snap-*/meta.json")).read_text())
     assert meta["version"] == candidates._SNAPSHOT_VERSION and meta["dtype"] == "int8" and len(meta["fine_scales"]) == DIM
     again = CentroidIndex(16, DIM)
     assert again.load(tmp_path / "fs") is not None
-    assert again._segments[0].fine.dtype == torch.int8
+    assert again._segments[0].fine.dtype == np.int8
     assert again.top(query, 1) == ["d7"]
 
 
-def test_int8_segment_beside_added_float_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int8_segment_beside_added_float_documents(tmp_path: Path) -> None:
     """Documents added after opening an int8 snapshot are scored in float beside it, on one scale."""
-    monkeypatch.setattr(summary_storage, "_INT8_FASTER", True)
     rng = np.random.default_rng(5)
     summaries = np.transpose(_summaries(200), (1, 0, 2))
     index = CentroidIndex(16, DIM)
@@ -107,14 +102,14 @@ def test_int8_segment_beside_added_float_documents(tmp_path: Path, monkeypatch: 
     assert index.top(query, 1) == ["planted"]
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float32])
 def test_take_rows_copies_the_rows_advanced_indexing_would(dtype: torch.dtype) -> None:
-    """numpy's row copies for int8 and float32, torch's index_select for bfloat16 (numpy has none): the same rows."""
+    """numpy's row copies: the rows torch's advanced indexing gives."""
     mat = (torch.randn(3, 50, 8) * 40).to(dtype)
     rows = np.array([0, 4, 5, 31, 49], dtype=np.int64)
-    got = summary_storage.take_rows(mat, rows)
+    got = summary_codes.take_rows(mat, rows)
     assert got.dtype == dtype and torch.equal(got, mat[:, torch.from_numpy(rows)])
-    assert torch.equal(summary_storage.take_rows(mat[1], rows, axis=0), mat[1, torch.from_numpy(rows)])
+    assert torch.equal(summary_codes.take_rows(mat[1], rows, axis=0), mat[1, torch.from_numpy(rows)])
     before = mat.clone()
     got.fill_(1)
     assert torch.equal(mat, before)  # a copy, not a view

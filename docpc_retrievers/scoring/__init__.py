@@ -1,5 +1,5 @@
-"""Scoring: MaxSim late interaction (one implementation), evidence attribution, BM25 for page texts."""
+"""MaxSim scoring of late-interaction multi-vectors."""
 
-from docpc_retrievers.scoring.maxsim import maxsim, maxsim_padded, maxsim_reference, pad_vectors
+from docpc_retrievers.scoring.maxsim import maxsim, maxsim_int8, maxsim_reference
 
-__all__ = ["maxsim", "maxsim_padded", "maxsim_reference", "pad_vectors"]
+__all__ = ["maxsim", "maxsim_int8", "maxsim_reference"]

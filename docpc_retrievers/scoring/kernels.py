@@ -1,62 +1,26 @@
-"""Product kernels for scoring: of several ways to compute the same products, the one this CPU runs fastest.
+"""The int8 product kernels: oneDNN's quantized linear layer where it is exact here, else ``torch._int_mm``.
 
-Which kernel wins depends on the CPU and the torch build, so it is measured
-once per process (:func:`fastest`), never assumed. The int8 products of stored
-rows with an int8-rounded query have two exact kernels: oneDNN's quantized
-linear layer (``torch.ops.onednn.qlinear_pointwise``, AMX or VNNI tiles on
-x86) and ``torch._int_mm``. On the 2-core benchmark machine (AVX-512 VNNI and
-AMX), 389,120 rows in chunks of 32k by 25 tokens took 3.5 ms through oneDNN
-against 5.7-9.1 ms through ``_int_mm`` (50 tokens: 5.3-5.6 against 11.4-12.7).
+Both give the exact integer products of int8 rows with an int8-rounded query. oneDNN's layer
+(``torch.ops.onednn.qlinear_pointwise``, AMX or VNNI tiles on x86) was the quicker on every CPU measured: on the
+2-core benchmark machine (AVX-512 VNNI and AMX), 389,120 rows in chunks of 32k by 25 tokens took 3.5 ms against
+5.7-9.1 ms through ``_int_mm``; on a 2-core AMD EPYC without VNNI, 65,536 rows x 24 tokens took 6.2 ms against 149.
+So the rule is fixed, not timed at run time: oneDNN wherever it is exact, checked once per process.
 
-On CPUs without VNNI (AVX2 only, such as AMD Zen 2/3), oneDNN multiplies pairs of bytes into 16-bit sums that
-saturate unless the weight (the query) stays within +-64, and ``_int_mm`` has no fast kernel at all (149 ms for
-65,536 rows x 24 tokens against 6.2 ms through oneDNN on a 2-core AMD EPYC). There queries are rounded to 7 bits
-(:func:`query_peak`) and oneDNN stays exact.
+On CPUs without VNNI (AVX2 only) oneDNN multiplies pairs of bytes into 16-bit sums that saturate unless the query
+stays within +-64; there queries are rounded to 7 bits (:func:`query_peak`) and oneDNN stays exact.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["fastest", "int8_kernel", "int8_products_exact", "onednn_exact_peak", "onednn_int8_available", "query_peak"]
+__all__ = ["int8_kernel", "int8_products_exact", "onednn_exact_peak", "onednn_int8_available", "query_peak"]
 
 logger = logging.getLogger(__name__)
-
-
-CLEARLY_SLOWER = 4.0
-"""How many times slower than the best timed run a warm-up must be for :func:`fastest` to skip timing it."""
-
-
-def fastest(runs: Mapping[Any, Callable[[], object]], repeats: int = 3) -> Any:
-    """The key of the quickest of ``runs`` (each warmed up once, then timed ``repeats`` times).
-
-    A run that raises RuntimeError (an operation this build lacks) is left out; at least one must work. A run
-    whose warm-up alone took :data:`CLEARLY_SLOWER` times the best timed so far is not timed again (``torch._int_mm``
-    without VNNI: 0.2 s a run, which five more runs would add to a reader's first query).
-    """
-    timings: dict[Any, float] = {}
-    for key, run in runs.items():
-        start = time.perf_counter()
-        try:
-            run()
-        except RuntimeError:
-            continue
-        warm_up = time.perf_counter() - start
-        if timings and warm_up > CLEARLY_SLOWER * min(timings.values()):
-            timings[key] = warm_up
-            continue
-        best = float("inf")
-        for _ in range(repeats):  # the best run: a moment of another process's load does not decide
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        timings[key] = best
-    return min(timings, key=timings.__getitem__)
 
 
 def _int_mm(rows: Any, q8: np.ndarray) -> Any:
@@ -93,28 +57,11 @@ _PACKED: tuple[tuple[tuple[int, ...], bytes], Any] | None = None
 """The last query packed for oneDNN: its bytes and shape, and the packed weight."""
 _FLOAT_EXACT_DIM = 1024
 """Widest vectors whose int8 products sum exactly in float32 (127 * 127 * 1,040 < 2**24)."""
-_KERNEL: Callable[[Any, np.ndarray], Any] | None = None
 
 
 def int8_kernel() -> Callable[[Any, np.ndarray], Any]:
-    """The quicker of the two exact int8 kernels on this CPU (measured once, with queries within :func:`query_peak`'s
-    range for oneDNN; oneDNN only where it is exact there)."""
-    global _KERNEL
-    if _KERNEL is None:
-        import torch
-
-        gen = torch.Generator().manual_seed(0)
-        rows = torch.randint(-127, 128, (65_536, 128), dtype=torch.int8, generator=gen)
-        query = torch.randint(-127, 128, (24, 128), dtype=torch.int8, generator=gen).numpy()
-        kernels: dict[Any, Callable[[], object]] = {}
-        peak = onednn_exact_peak()
-        if peak:  # first: where _int_mm is far slower, its warm-up is its only run (see fastest)
-            narrow = np.clip(query, -peak, peak)
-            kernels[_onednn] = lambda: _onednn(rows, narrow)
-        kernels[_int_mm] = lambda: _int_mm(rows, query)
-        _KERNEL = fastest(kernels, repeats=5)
-        logger.debug("int8 products through %s", _KERNEL.__name__)
-    return _KERNEL
+    """The kernel in use: oneDNN where it is exact here (for queries within :func:`query_peak`), else ``_int_mm``."""
+    return _onednn if onednn_exact_peak() else _int_mm
 
 
 _ONEDNN_PEAK: int | None = None
@@ -163,7 +110,7 @@ def query_peak() -> int:
     """The largest magnitude a query's int8 codes take: 127, or 64 where the int8 kernel in use is oneDNN's and it
     is exact only for 7-bit queries (CPUs without VNNI). Twice the rounding step of a query there, for a kernel 24x
     faster than ``torch._int_mm`` on such a CPU."""
-    return onednn_exact_peak() if int8_kernel() is _onednn else 127
+    return onednn_exact_peak() or 127
 
 
 def int8_products_exact(rows: Any, q8: np.ndarray) -> Any:
@@ -173,7 +120,7 @@ def int8_products_exact(rows: Any, q8: np.ndarray) -> Any:
     """
     if q8.shape[1] > _FLOAT_EXACT_DIM:  # float32 sums would round: integers only
         return _int_mm(rows, q8)
-    kernel = int8_kernel()
-    if kernel is _onednn and q8.size and int(np.abs(q8.astype(np.int16)).max()) > onednn_exact_peak():
+    peak = onednn_exact_peak()
+    if not peak or (q8.size and int(np.abs(q8.astype(np.int16)).max()) > peak):
         return _int_mm(rows, q8)
-    return kernel(rows, q8)
+    return _onednn(rows, q8)

@@ -1,16 +1,13 @@
 """Late-interaction (MaxSim) scoring: ``s(q, d) = sum_i max_j <q_i, d_j>``.
 
-Three entry points, all numpy float32:
-
 - :func:`maxsim_reference` scores one query against one document with no
   batching at all; it is the definition the others are tested against.
-- :func:`maxsim_padded` scores queries against documents that were padded to
-  a common length (the layout of a training batch); document padding is
-  masked with ``-inf`` *before* the max, never with 0, so a padded row can
-  never win when every real similarity is negative.
-- :func:`maxsim` scores many queries against many documents of different
+- :func:`maxsim` scores many queries against many float documents of different
   lengths without any padding, by concatenating document vectors and taking
-  segment maxima; this is what the store uses.
+  segment maxima (reranking, evaluation).
+- :func:`maxsim_int8` scores one query against documents stored as int8 rows
+  with a scale each, exactly or (``approximate``) through int8 products: the
+  store's search.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import numpy as np
 
 from docpc_retrievers.scoring.kernels import int8_products_exact, query_peak
 
-__all__ = ["int8_products", "maxsim", "maxsim_int8", "maxsim_matches", "maxsim_padded", "maxsim_reference", "pad_vectors", "quantized_query"]
+__all__ = ["maxsim", "maxsim_int8", "maxsim_matches", "maxsim_reference", "quantized_query"]
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -51,56 +48,6 @@ def maxsim_matches(query: np.ndarray, document: np.ndarray) -> tuple[np.ndarray,
     sims = q @ d.T  # [n_q, n_d]
     rows = sims.argmax(axis=1)
     return rows, sims[np.arange(q.shape[0]), rows]
-
-
-def pad_vectors(items: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Stack matrices of different lengths: returns ``[n, max_len, dim]`` and a bool mask ``[n, max_len]``."""
-    mats = [_as_matrix(x, f"item {i}") for i, x in enumerate(items)]
-    if not mats:
-        raise ValueError("nothing to pad")
-    dim = mats[0].shape[1]
-    max_len = max(m.shape[0] for m in mats)
-    out = np.zeros((len(mats), max_len, dim), dtype=np.float32)
-    mask = np.zeros((len(mats), max_len), dtype=bool)
-    for i, m in enumerate(mats):
-        if m.shape[1] != dim:
-            raise ValueError(f"item {i} has dim {m.shape[1]}, expected {dim}")
-        out[i, : m.shape[0]] = m
-        mask[i, : m.shape[0]] = True
-    return out, mask
-
-
-def maxsim_padded(
-    queries: np.ndarray,
-    query_mask: np.ndarray,
-    documents: np.ndarray,
-    document_mask: np.ndarray,
-) -> np.ndarray:
-    """MaxSim of padded batches.
-
-    Args:
-        queries: ``[n_q, t_q, dim]`` query token vectors.
-        query_mask: ``[n_q, t_q]`` bool, True for real query tokens.
-        documents: ``[n_d, t_d, dim]`` document vectors.
-        document_mask: ``[n_d, t_d]`` bool, True for real document vectors.
-
-    Returns:
-        ``[n_q, n_d]`` scores. Padded document rows are set to ``-inf`` before
-        the max; padded query tokens contribute nothing to the sum.
-    """
-    q = np.asarray(queries, dtype=np.float32)
-    d = np.asarray(documents, dtype=np.float32)
-    qm = np.asarray(query_mask, dtype=bool)
-    dm = np.asarray(document_mask, dtype=bool)
-    if q.ndim != 3 or d.ndim != 3 or q.shape[2] != d.shape[2]:
-        raise ValueError(f"expected [n_q, t_q, dim] and [n_d, t_d, dim], got {q.shape} and {d.shape}")
-    if not dm.any(axis=1).all():
-        raise ValueError("every document needs at least one unmasked vector")
-    sims = np.einsum("aid,bjd->abij", q, d)  # [n_q, n_d, t_q, t_d]
-    sims = np.where(dm[None, :, None, :], sims, -np.inf)
-    best = sims.max(axis=3)  # [n_q, n_d, t_q]
-    best = np.where(qm[:, None, :], best, 0.0)
-    return best.sum(axis=2).astype(np.float32)
 
 
 def maxsim(
@@ -163,17 +110,15 @@ def _matmul_t(docs: np.ndarray, queries: np.ndarray) -> np.ndarray:
 
 
 def maxsim_int8(
-    query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths: Sequence[int], *, dtype: Any = None
+    query: np.ndarray, rows: np.ndarray, scales: np.ndarray, lengths: Sequence[int], *, approximate: bool = False
 ) -> np.ndarray:
     """Exact MaxSim of one query ``[T, dim]`` against int8 documents stored with one scale per row.
 
     ``rows`` is int8 ``[N, dim]`` (documents' rows one after another), ``scales``
     float ``[N]`` and ``lengths`` how many rows each document has. Each row's
     dot products are its int8 products times its scale, so nothing is
-    dequantised in memory; the product runs in float32 with torch (``dtype``:
-    another torch dtype, e.g. bfloat16 for a fast approximate pass: int8 values
-    are exact in bfloat16, the query is rounded to 3 significant digits; or
-    ``torch.int8``: :func:`int8_products`, the query rounded to int8 per token).
+    dequantised in memory; the product runs in float32 with torch, or with
+    ``approximate`` in integers, the query rounded to int8 per token (scoring/kernels.py).
     Returns ``[len(lengths)]`` float32.
     """
     import torch
@@ -182,13 +127,12 @@ def maxsim_int8(
         return np.zeros(0, dtype=np.float32)
     if min(lengths) < 1 or sum(lengths) != rows.shape[0]:
         raise ValueError("lengths must be >= 1 and add up to the number of rows")
-    dtype = torch.float32 if dtype is None else dtype
     query = _as_matrix(query, "query")
     d = torch.from_numpy(np.ascontiguousarray(rows))
     row_scales = torch.from_numpy(np.asarray(scales, dtype=np.float32))[:, None]
-    if dtype is torch.int8:
+    if approximate:
         return _maxsim_int8_products(query, d, row_scales, list(lengths))
-    sims = (d.to(dtype) @ torch.from_numpy(query).to(dtype).T).float() * row_scales  # [N, T]
+    sims = (d.float() @ torch.from_numpy(query).T) * row_scales  # [N, T]
     return _segment_max(sims, list(lengths)).sum(dim=1).numpy()
 
 
@@ -243,20 +187,6 @@ def _segment_max(sims: Any, lengths: list[int]) -> Any:
     if len(set(lengths)) == 1:
         return sims.view(len(lengths), lengths[0], sims.shape[1]).amax(dim=1)
     return torch.segment_reduce(sims, "max", lengths=torch.tensor(lengths), axis=0)
-
-
-def int8_products(query: np.ndarray, rows: Any) -> Any:
-    """Approximate products ``[N, T]`` (float32 torch) of int8 rows ``[N, dim]`` with a float query ``[T, dim]``.
-
-    The query is rounded to int8 with one scale per token (about the precision
-    bfloat16 gives it) and multiplied by the rows in integers (oneDNN or
-    ``torch._int_mm``, whichever this CPU runs faster: kernels.py): no pass
-    converts the rows, which is what a bfloat16 product over int8 rows spends
-    most of its time on. For shortlisting only; the
-    caller multiplies by the rows' scales. RuntimeError where torch cannot.
-    """
-    q8, token_scales = quantized_query(query)
-    return int8_products_exact(rows, q8).float() * token_scales[None, :]
 
 
 def quantized_query(query: np.ndarray, peak: int | None = None) -> tuple[np.ndarray, Any]:

@@ -3,7 +3,7 @@
 Each document is summarised by a few unit centroids of its own vectors (computed once by the writer and carried in
 its record). A query scores every summary by the same late interaction as MaxSim, ``sum_i max_c <q_i, c>``, keeps
 the best few hundred to few thousand documents and ranks those exactly (ranking.py). A store or a filtered subset
-small enough to score whole skips the summaries.
+small enough to score whole (at most ``scan_below`` documents, or at most twice the candidates) skips the summaries.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class CentroidSearch(SearchBackend):
     def search(self, query: np.ndarray, k: int, allowed: set[str] | None = None, *, candidates: int | None = None,
                aggregate: str = "max") -> list[Scored]:
         size = len(self.summaries) if allowed is None else len(allowed)
-        wanted = max(k, candidates or self.config.candidates_for(query.shape[0]))
-        if size <= max(self.config.scan_below, wanted):
+        wanted = max(k, candidates or self.config.candidates_for(query.shape[0], size))
+        if size <= max(self.config.scan_below, 2 * wanted):  # keeping half or more would save nothing: score all
             pool = self.summaries.ids() if allowed is None else list(allowed)
         else:
             pool = self.summaries.top(query, wanted, allowed)

@@ -4,9 +4,9 @@ Each document is summarised by ``n_centroids`` unit vectors (spherical k-means o
 by the writer). A query scores the summaries with MaxSim's own form, ``sum_i max_c <q_i, centroid_c>``, which keeps
 the token-level structure that mean pooling throws away.
 
-The summaries are saved in the local cache as raw files and opened as a memory map: a reader opens in the time it
-takes to read the id list, and its resident memory holds the pages the OS page cache holds, shared by every reader of
-the same cache folder. Where this CPU multiplies int8 faster, they are saved as int8 codes (summary_codes.py).
+The summaries are saved in the local cache as int8 codes (summary_codes.py) and opened as a memory map: a reader opens
+in the time it takes to read the id list, and its resident memory holds the pages the OS page cache holds, shared by
+every reader of the same cache folder.
 """
 
 from __future__ import annotations
@@ -25,19 +25,13 @@ from docpc_retrievers.store.search.snapshot import (
     read_snapshot,
 )
 from docpc_retrievers.store.search.summary_codes import (
+    as_tensor,
     decode,
     dimension_scales,
     encode,
-    late_interaction_int8,
-)
-from docpc_retrievers.store.search.summary_storage import (
-    NP_STORAGE,
-    compute_dtype,
-    dtype_name,
-    int8_is_faster,
     late_interaction,
+    late_interaction_int8,
     mapped,
-    storage_array,
     take_rows,
 )
 
@@ -66,8 +60,8 @@ def document_centroids(vectors: np.ndarray, n_centroids: int, *, iterations: int
 
 
 class _Segment(NamedTuple):
-    """Centroid-major summaries of a run of slots, ``[n_centroids, n, dim]``: a float tensor in compute_dtype(), or
-    int8 codes with their per-dimension ``scales``."""
+    """Centroid-major summaries of a run of slots, ``[n_centroids, n, dim]``: float32, or int8 codes with their
+    per-dimension ``scales``."""
 
     fine: Any
     scales: np.ndarray | None = None
@@ -136,20 +130,16 @@ class CentroidIndex:
         self._consolidate()
         snap = new_snapshot(folder)
         rows = np.flatnonzero(self._live)
-        dtype = "int8" if int8_is_faster() else dtype_name(compute_dtype())
-        meta: dict[str, Any] = {"version": _SNAPSHOT_VERSION, "dtype": dtype, "n_centroids": self.n_centroids,
-                                "dim": self.dim}
-        if dtype == "int8":  # one scale per dimension, from the largest magnitudes (a first pass)
-            peaks = np.zeros(self.dim, dtype=np.float32)
-            for c in range(self.n_centroids if rows.size else 0):
-                peaks = np.maximum(peaks, self._gather(c, rows).abs().amax(dim=0).numpy())
-            scales = dimension_scales(peaks)
-            meta["fine_scales"] = scales.tolist()
+        peaks = np.zeros(self.dim, dtype=np.float32)  # one scale per dimension, from the largest magnitudes
+        for c in range(self.n_centroids if rows.size else 0):
+            peaks = np.maximum(peaks, self._gather(c, rows).abs().amax(dim=0).numpy())
+        scales = dimension_scales(peaks)
+        meta: dict[str, Any] = {"version": _SNAPSHOT_VERSION, "dtype": "int8", "n_centroids": self.n_centroids,
+                                "dim": self.dim, "fine_scales": scales.tolist()}
         shape = (self.n_centroids, rows.size, self.dim)
-        out = np.memmap(snap / "fine.bin", dtype=NP_STORAGE[dtype], mode="w+", shape=shape)
+        out = np.memmap(snap / "fine.bin", dtype=np.int8, mode="w+", shape=shape)
         for c in range(self.n_centroids):  # one centroid slab at a time: memory stays at one slab
-            slab = self._gather(c, rows)
-            out[c] = encode(slab, scales) if dtype == "int8" else storage_array(slab.to(compute_dtype()))
+            out[c] = encode(self._gather(c, rows), scales)
         out.flush()
         del out
         publish_snapshot(snap, [self._ids[i] for i in rows], meta, extras)
@@ -185,9 +175,8 @@ class CentroidIndex:
 
         if not self._blocks:
             return
-        dtype = compute_dtype()
-        fine = [s.fine for s in self._segments[self._n_mapped :]]
-        fine += [torch.from_numpy(block).to(dtype).transpose(0, 1) for block in self._blocks]
+        fine = [as_tensor(s.fine) for s in self._segments[self._n_mapped :]]
+        fine += [torch.from_numpy(block).transpose(0, 1) for block in self._blocks]
         self._segments = [*self._segments[: self._n_mapped], _Segment(torch.cat(fine, dim=1))]
         self._blocks = []
 
@@ -197,7 +186,7 @@ class CentroidIndex:
 
         parts, offset = [], 0
         for seg in self._segments:
-            mat, scales = seg
+            mat, scales = as_tensor(seg.fine), seg.scales
             n = mat.shape[1]
             local = rows[(rows >= offset) & (rows < offset + n)] - offset
             if local.size:
@@ -209,10 +198,9 @@ class CentroidIndex:
     def _score(self, query: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Late-interaction scores of ``query [t, dim]`` (float32) for ``rows`` (global slots, sorted; None: every
         slot) -> ``[len(rows)]``."""
-        import torch
-
         out, offset = [], 0
-        for mat, scales in self._segments:
+        for fine, scales in self._segments:
+            mat = as_tensor(fine)
             n = mat.shape[1]
             local = None if rows is None else rows[(rows >= offset) & (rows < offset + n)] - offset
             offset += n
@@ -220,7 +208,7 @@ class CentroidIndex:
                 continue
             part = mat if local is None or local.size == n else take_rows(mat, local)
             if scales is None:
-                out.append(late_interaction(torch.from_numpy(np.asarray(query, dtype=np.float32)).to(mat.dtype), part))
+                out.append(late_interaction(query, part))
             else:
                 out.append(late_interaction_int8(query, part, scales))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
@@ -247,6 +235,6 @@ class CentroidIndex:
 
 
 _SNAPSHOT_VERSION = 3
-"""3: one level of summaries (the coarse level of 1-2 is gone); 2: int8 codes (``dtype`` "int8", with per-dimension
-scales) where this CPU scores them faster; 1: float only. Versions 1-2 are read for their fine level."""
+"""3: one level of summaries, int8 codes with per-dimension scales (1-2 also had a coarse level; 1 saved floats).
+Versions 1-2 are read for their fine level."""
 _READABLE = (1, 2, 3)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from docpc_retrievers.blas_threads import one_openmp_thread, openmp_pinning_works
-from docpc_retrievers.scoring.maxsim import int8_products, maxsim_int8
+from docpc_retrievers.scoring.maxsim import maxsim_int8
 from docpc_retrievers.store.search.backend import VectorSource
 
 __all__ = ["AGGREGATORS", "approximate_scores", "exact_scores"]
@@ -73,8 +73,8 @@ def exact_scores(
 
     A document whose vectors are gone (deleted by another writer since the first
     stage) scores ``-inf`` with no parts, so a search leaves it out and fills its slot.
-    ``fast``: approximate products (int8 query or bfloat16, relative error about 1e-3; :func:`_fast_dtype`), to
-    shortlist before the exact pass.
+    ``fast``: approximate products (the query rounded to int8 per token, relative error about 1e-3), to shortlist
+    before the exact pass.
     """
     kept, sizes, rows, scales = source.rows(ids)
     if not kept:
@@ -87,7 +87,7 @@ def exact_scores(
         for split, n in zip(splits, sizes):
             lengths.extend(split or (n,))
             counts.append(len(split or (n,)))
-    flat = maxsim_int8(query, rows, scales, lengths, dtype=_fast_dtype() if fast else None)
+    flat = maxsim_int8(query, rows, scales, lengths, approximate=fast)
     if len(lengths) == len(kept):  # one part each: the part score is the document score
         scores, per_part = flat.astype(np.float32, copy=False), [flat[i : i + 1] for i in range(len(kept))]
     else:
@@ -99,30 +99,3 @@ def exact_scores(
     by_id = dict(zip(kept, zip(scores.tolist(), per_part)))
     empty = (float("-inf"), np.zeros(0, np.float32))
     return (np.array([by_id.get(i, empty)[0] for i in ids], dtype=np.float32), [by_id.get(i, empty)[1] for i in ids])
-
-
-_FAST_DTYPE: object = None
-
-
-def _fast_dtype() -> object:
-    """The quickest shortlisting product over int8 rows on this CPU, measured once (with the row conversion).
-
-    ``torch.int8`` (:func:`int8_products`: no conversion of the rows) where torch multiplies int8 natively,
-    else bfloat16 where this CPU multiplies it faster than float32, else float32. On the 2-core benchmark
-    machine (AVX-512 VNNI, one core) a 655-candidate pass took 32 ms in int8 against 69 ms in bfloat16.
-    """
-    global _FAST_DTYPE
-    if _FAST_DTYPE is None:
-        import torch
-
-        from docpc_retrievers.scoring.kernels import fastest
-        from docpc_retrievers.store.search.summary_storage import compute_dtype
-
-        rows = torch.randint(-127, 128, (65_536, 128), dtype=torch.int8)
-        query = np.random.default_rng(0).standard_normal((24, 128)).astype(np.float32)
-        other = compute_dtype()
-        _FAST_DTYPE = fastest({  # int8 is left out where this torch build has no int8 product (RuntimeError)
-            torch.int8: lambda: int8_products(query, rows),
-            other: lambda: (rows.to(other) @ torch.from_numpy(query).to(other).T).float(),
-        }, repeats=5)
-    return _FAST_DTYPE

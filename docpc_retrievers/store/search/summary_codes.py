@@ -1,4 +1,4 @@
-"""int8 codes for centroid summaries, scored by int8 products: half the bytes a query streams in bfloat16.
+"""Centroid summaries as int8 codes: how they are encoded, saved, mapped and scored.
 
 The first stage streams every document's centroids for each query (410 MB per
 query at 100,000 documents in bfloat16). Stored as int8 with one scale per
@@ -8,11 +8,14 @@ on the CPU's int8 units (oneDNN or ``torch._int_mm``: scoring/kernels.py):
 16 centroids x 100,000 documents x 26 query tokens took 27 ms on two cores
 against 41 ms in bfloat16 (benchmarks/results/). The query absorbs the dimension
 scales (``<q, c> = sum_d (q_d s_d) code_d``) and is then rounded to int8 per
-token, as the candidates' approximate pass does.
+token, as the candidates' approximate pass does. Documents added since the last save are scored in float32 beside
+the codes (:func:`late_interaction`), and snapshots written as float by older versions open in float32.
 """
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +23,8 @@ import numpy as np
 from docpc_retrievers.scoring.kernels import int8_products_exact
 from docpc_retrievers.scoring.maxsim import quantized_query
 
-__all__ = ["CHUNK_PRODUCTS", "decode", "dimension_scales", "encode", "late_interaction_int8"]
+__all__ = ["CHUNK_PRODUCTS", "as_tensor", "decode", "dimension_scales", "encode", "late_interaction",
+           "late_interaction_int8", "mapped", "take_rows"]
 
 CHUNK_PRODUCTS = 1 << 20
 """Products (documents x query tokens) per chunk: each centroid slab's ``[docs, tokens]`` products stay in the CPU's
@@ -68,3 +72,49 @@ def late_interaction_int8(query: np.ndarray, codes: Any, scales: np.ndarray) -> 
             torch.maximum(best, int8_products_exact(slab[start:stop], q8).float(), out=best)
         out[start:stop] = (best * token_scales[None, :]).sum(dim=1).numpy()
     return out
+
+
+def late_interaction(query: np.ndarray, summaries: Any) -> np.ndarray:
+    """The same score in float32 for centroid-major float ``summaries [c, docs, dim]`` (documents added since the last
+    save, or a snapshot of an older version)."""
+    import torch
+
+    q = torch.from_numpy(np.asarray(query, dtype=np.float32))
+    best = summaries[0] @ q.T  # [docs, t]: documents as the long side ran 1.5x faster than [t, docs]
+    for slab in summaries[1:]:
+        torch.maximum(best, slab @ q.T, out=best)
+    return best.sum(dim=1).numpy()
+
+
+_STORED = {"int8": np.int8, "float32": np.float32, "bfloat16": np.uint16}
+"""Saved dtypes: int8 codes; float32 and bfloat16 (raw 16-bit patterns) from snapshots of older versions."""
+
+
+def mapped(path: Path, dtype: str, shape: tuple[int, int, int]) -> Any:
+    """A saved ``[c, docs, dim]`` file: int8 codes as a read-only numpy memory map (torch is not imported until a
+    query scores it: ``docpc info`` opens stores without it), an older float snapshot read into memory."""
+    mm = np.memmap(path, dtype=_STORED[dtype], mode="r", shape=shape) if shape[1] else np.zeros(shape, _STORED[dtype])
+    if dtype == "int8":
+        return mm
+    if dtype == "bfloat16":  # the 16 high bits of a float32
+        return (np.asarray(mm, dtype=np.uint32) << 16).view(np.float32)
+    return np.array(mm)
+
+
+def as_tensor(x: Any) -> Any:
+    """A numpy array (a read-only memory map included) as a torch tensor sharing its memory; a tensor as it is."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x
+    with warnings.catch_warnings():  # read-only memory: torch warns that writes would fail; nothing writes
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(x)
+
+
+def take_rows(mat: Any, rows: np.ndarray, axis: int = 1) -> Any:
+    """``rows`` of ``mat`` (numpy or torch) along ``axis`` as a new tensor: numpy copies each row whole, torch's
+    advanced indexing element by element (16 slabs x 4,096 int8 rows: 7 ms against 20)."""
+    import torch
+
+    return torch.from_numpy(np.take(mat if isinstance(mat, np.ndarray) else mat.numpy(), rows, axis=axis))
