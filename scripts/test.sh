@@ -17,4 +17,5 @@ paths=(tests)
 for pkg in integrations/*/; do
   [ -d "$pkg/tests" ] && paths+=("$pkg/tests")
 done
-exec "$ROOT/.venv/bin/python" -m pytest "${paths[@]}" "$@"
+# Two worker processes (CI has two cores), each test file on one of them: a file's module fixtures are built once.
+exec "$ROOT/.venv/bin/python" -m pytest -n "${DOCPC_TEST_WORKERS:-2}" --dist loadfile "${paths[@]}" "$@"

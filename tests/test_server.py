@@ -122,7 +122,7 @@ def _start_logged(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 def _wait_for_commits(proc: subprocess.Popen[bytes], log: Path, n: int) -> None:
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
-        if log.read_text(errors="replace").count("committed") >= n:
+        if log.read_text(errors="replace").count("documents (") >= n:  # the -v line "committed N documents (...)"
             return
         time.sleep(0.01)
     raise AssertionError(f"indexing ended (or stalled) before {n} commits:\n{log.read_text()}")

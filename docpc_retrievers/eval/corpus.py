@@ -33,7 +33,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,16 +227,23 @@ def _read_qrels(path: Path, queries: Mapping[str, tuple[str, str | None]], docum
     return judged
 
 
+def _query_fields(path: Path, line: int, record: Mapping[str, Any], ids: tuple[str, str], texts: tuple[str, str],
+                  seen: Container[str]) -> tuple[str, str]:
+    """A query record's id and text (each under the first of its two keys present); a repeated id is an error."""
+    qid = _string_field(path, line, record, *ids)
+    text = _string_field(path, line, record, *texts)
+    assert qid is not None and text is not None
+    if qid in seen:
+        raise LabelError(path, line, f"duplicate query id {qid!r}")
+    return qid, text
+
+
 def _load_beir(root: Path, split: str) -> LabelledCorpus:
     documents = _read_corpus(root)
     queries_path = root / "queries.jsonl"
     queries: dict[str, tuple[str, str | None]] = {}
     for line, record in _jsonl(queries_path):
-        qid = _string_field(queries_path, line, record, "_id", "query_id")
-        text = _string_field(queries_path, line, record, "text", "query")
-        assert qid is not None and text is not None
-        if qid in queries:
-            raise LabelError(queries_path, line, f"duplicate query id {qid!r}")
+        qid, text = _query_fields(queries_path, line, record, ("_id", "query_id"), ("text", "query"), queries)
         queries[qid] = (text, _domain(queries_path, line, record))
     judged = _read_qrels(root / "qrels" / f"{split}.tsv", queries, documents)
     out = [
@@ -252,11 +259,7 @@ def _load_simple(root: Path, split: str) -> LabelledCorpus:
     out: list[LabelledQuery] = []
     seen: set[str] = set()
     for line, record in _jsonl(path):
-        qid = _string_field(path, line, record, "query_id", "_id")
-        text = _string_field(path, line, record, "query", "text")
-        assert qid is not None and text is not None
-        if qid in seen:
-            raise LabelError(path, line, f"duplicate query id {qid!r}")
+        qid, text = _query_fields(path, line, record, ("query_id", "_id"), ("query", "text"), seen)
         seen.add(qid)
         if "positives" not in record:
             raise LabelError(path, line, f"query {qid!r} has no 'positives' field")

@@ -31,29 +31,25 @@ class TimedEncoder:
         self.queries = 0
         self.query_s = 0.0
 
-    def encode_images(self, images: Sequence[Any], *, batch_size: int | None = None) -> list[Any]:
+    def _timed(self, call: Any, items: Sequence[Any], seconds: str, count: str) -> list[Any]:
+        """``call()``, its seconds added to ``seconds`` and ``len(items)`` to ``count`` (even if it raises)."""
         start = time.perf_counter()
         try:
-            return self.inner.encode_images(images, batch_size=batch_size)
+            return call()
         finally:
-            self.encode_s += time.perf_counter() - start
-            self.images += len(images)
+            setattr(self, seconds, getattr(self, seconds) + time.perf_counter() - start)
+            setattr(self, count, getattr(self, count) + len(items))
+
+    def encode_images(self, images: Sequence[Any], *, batch_size: int | None = None) -> list[Any]:
+        return self._timed(lambda: self.inner.encode_images(images, batch_size=batch_size), images, "encode_s", "images")
 
     def encode_images_with_info(self, images: Sequence[Any], *, batch_size: int | None = None) -> list[Any]:
-        start = time.perf_counter()
-        try:
-            return self.inner.encode_images_with_info(images, batch_size=batch_size)
-        finally:
-            self.encode_s += time.perf_counter() - start
-            self.images += len(images)
+        return self._timed(lambda: self.inner.encode_images_with_info(images, batch_size=batch_size), images,
+                           "encode_s", "images")
 
     def encode_queries(self, queries: Sequence[str], *, batch_size: int | None = None) -> list[Any]:
-        start = time.perf_counter()
-        try:
-            return self.inner.encode_queries(queries, batch_size=batch_size)
-        finally:
-            self.query_s += time.perf_counter() - start
-            self.queries += len(queries)
+        return self._timed(lambda: self.inner.encode_queries(queries, batch_size=batch_size), queries,
+                           "query_s", "queries")
 
     def settings(self) -> dict[str, Any]:
         return self.inner.settings()

@@ -87,30 +87,13 @@ def _build_tokenizer() -> Qwen2TokenizerFast:
 #: benchmarks that need realistic compute per image with random weights. The vocabulary is
 #: the tiny tokenizer's: embeddings are look-ups and ColQwen2 has no LM head, so the
 #: compute per token is the real model's.
-QWEN2_VL_2B_TEXT = dict(
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
-)
-QWEN2_VL_2B_VISION = dict(
-    depth=32, embed_dim=1280, hidden_size=1536, num_heads=16, mlp_ratio=4, patch_size=14,
-    spatial_merge_size=2, temporal_patch_size=2,
-)
-_TINY_TEXT = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
-)
-_TINY_VISION = dict(
-    depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=14,
-    spatial_merge_size=2, temporal_patch_size=2,
-)
+_PATCHES = dict(patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+QWEN2_VL_2B_TEXT = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                        num_key_value_heads=2, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
+QWEN2_VL_2B_VISION = dict(depth=32, embed_dim=1280, hidden_size=1536, num_heads=16, mlp_ratio=4, **_PATCHES)
+_TINY_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
+_TINY_VISION = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, **_PATCHES)
 
 
 def build_tiny_colqwen2(

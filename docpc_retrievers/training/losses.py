@@ -287,22 +287,12 @@ def approx_ndcg(
     return values, valid
 
 
-def approx_ndcg_loss(
-    scores: torch.Tensor,
-    relevance: torch.Tensor,
-    *,
-    k: int = DEFAULT_LISTWISE_K,
-    alpha: float = DEFAULT_LISTWISE_ALPHA,
-    truncation_temperature: float | None = None,
-    gain: str = "linear",
-) -> torch.Tensor:
+def approx_ndcg_loss(scores: torch.Tensor, relevance: torch.Tensor, **options: Any) -> torch.Tensor:
     """``1 - ApproxNDCG@K`` averaged over queries with at least one positive; 0 (attached) if none has one.
 
-    Shapes and parameters as :func:`approx_ndcg`.
+    Shapes and keyword options (``k``, ``alpha``, ``truncation_temperature``, ``gain``) as :func:`approx_ndcg`.
     """
-    values, valid = approx_ndcg(
-        scores, relevance, k=k, alpha=alpha, truncation_temperature=truncation_temperature, gain=gain
-    )
+    values, valid = approx_ndcg(scores, relevance, **options)
     if not bool(valid.any()):
         return _zero_like_graph(scores)
     return 1.0 - values[valid].mean()
