@@ -16,20 +16,22 @@ import io
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from PIL import Image
 
-from docpc_retrievers.config import AGGREGATES, DEFAULT_TOP_K, EncoderOptions, GridSpec, IndexSettings, SearchOptions
+from docpc_retrievers.config import (
+    AGGREGATES, DEFAULT_TOP_K, EncoderOptions, GridSpec, IndexSettings, SearchOptions, folders,
+)
 from docpc_retrievers.documents.discovery import discover_pdfs
 from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
 from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_metadata
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
-from docpc_retrievers.results import Hit, SearchResult
+from docpc_retrievers.results import Hit, IndexReport, SearchResult
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
 from docpc_retrievers.store.layout import StoreLayout
 
@@ -88,7 +90,7 @@ DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 _OPTIONS_FORMAT = 1
 #: Options for which None is a value (not "leave the default").
 _NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight", "image_format",
-                       "candidates"})
+                       "candidates", "under", "score_threshold", "min_score_ratio"})
 #: Keys of option files written by version 0.1 (LlamaIndex's persist).
 _LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
 
@@ -106,6 +108,10 @@ class RetrieverOptions:
     stored, the mime type says which) for consumers that need one format;
     ``candidates`` is how many documents the first stage keeps for exact scoring
     (None: the store's own count; more: higher recall on large stores, slower);
+    ``under`` searches only the documents of these folders (or files);
+    ``score_threshold`` drops hits scoring below it and ``min_score_ratio`` hits below that share of the top hit's
+    score: a MaxSim score is a sum over query tokens with no fixed scale (it grows with the query's length and
+    differs between models), so a ratio carries from query to query where a raw threshold does not;
     ``password`` opens encrypted sources (never saved).
     """
 
@@ -120,6 +126,9 @@ class RetrieverOptions:
     page_dpi: float = DEFAULT_PAGE_DPI
     image_format: ImageFormat = None
     candidates: int | None = None
+    under: str | Sequence[str] | None = None
+    score_threshold: float | None = None
+    min_score_ratio: float | None = None
     password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -131,6 +140,11 @@ class RetrieverOptions:
             raise ValueError(f"page_dpi must be > 0, got {self.page_dpi!r}")
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
+        if self.score_threshold is not None and not isinstance(self.score_threshold, (int, float)):
+            raise ValueError(f"score_threshold must be a number, got {self.score_threshold!r}")
+        ratio = self.min_score_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1):
+            raise ValueError(f"min_score_ratio must be in (0, 1] (a share of the top hit's score), got {ratio!r}")
         self.search_options()  # top_k, filters and the rerank settings fail now
 
     @classmethod
@@ -162,6 +176,7 @@ class RetrieverOptions:
             grid_weight=self.grid_weight,
             password=self.password,
             candidates=self.candidates,
+            under=self.under,
         )
 
     def override(self, **changes: Any) -> RetrieverOptions:
@@ -173,6 +188,7 @@ class RetrieverOptions:
         data = asdict(self)
         data.pop("password")
         data["filters"] = dict(self.filters) if self.filters else None
+        data["under"] = list(folders(self.under)) or None
         return {"format": _OPTIONS_FORMAT, **data}
 
     @classmethod
@@ -366,7 +382,7 @@ def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> lis
     """Search ``index`` and return hits with text, metadata and the images ``options`` ask for, best first."""
     text_query = check_query(query)
     for _attempt in range(3):
-        results = index.search_with([text_query], options.search_options())[0]
+        results = above_thresholds(index.search_with([text_query], options.search_options())[0], options)
         logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
         if not results:
             return []
@@ -376,6 +392,61 @@ def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> lis
         except DocumentNotFoundError:  # deleted by another writer after the search: search again
             logger.debug("a hit was deleted while its image was read; searching again")
     return [h for r in results if (h := _live_hit(index, r, texts.get(r.id, ""), options)) is not None]
+
+
+SEARCH_TYPES = ("similarity", "similarity_score_threshold")
+"""LangChain's search types the retrievers take: plain similarity, and similarity above ``score_threshold``."""
+_NO_MMR = (
+    "search_type='mmr' is not offered: maximal marginal relevance trades a hit's relevance against its similarity "
+    "to hits already taken, on one scale. DocPC's relevance is MaxSim, a sum over the query's tokens with no fixed "
+    "scale, and two documents have no MaxSim between them on that scale (it is asymmetric and grows with their "
+    "vector counts). Use min_score_ratio to drop weak hits, or under=/filter= to draw hits from chosen folders"
+)
+
+
+def check_search_type(search_type: str, score_threshold: float | None) -> None:
+    """A LangChain ``search_type`` this retriever honours, or ValueError saying why not (MMR: see ``_NO_MMR``)."""
+    if search_type == "mmr":
+        raise ValueError(_NO_MMR)
+    if search_type not in SEARCH_TYPES:
+        raise ValueError(f"search_type must be one of {', '.join(SEARCH_TYPES)}, got {search_type!r}")
+    if search_type == "similarity_score_threshold" and score_threshold is None:
+        raise ValueError("search_type='similarity_score_threshold' needs score_threshold (in search_kwargs)")
+
+
+class StoreEditing:
+    """What both framework retrievers do with their store: add and delete documents, close what they opened.
+    The retriever provides ``index`` and ``_owns_index``."""
+
+    def add_pdfs(self, paths: PathLike | Iterable[PathLike], *, metadata: UserMetadata = None,
+                 **options: Any) -> IndexReport:
+        """Index more PDF files and folders into this retriever's store (``metadata`` and ``options`` as
+        :meth:`docpc_retrievers.DocPCIndex.add_pdfs`); a read-only store refuses with StoreError."""
+        return self.index.add_pdfs(path_list(paths), metadata=metadata, **options)  # type: ignore[attr-defined]
+
+    def delete(self, ids_or_paths: PathLike | Iterable[PathLike]) -> int:
+        """Delete documents by id, source path or folder; returns how many were deleted."""
+        return self.index.delete(path_list(ids_or_paths))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Close the index when this retriever opened it (from_pdfs, from_persist_dir, persist_dir=...)."""
+        if self._owns_index:  # type: ignore[attr-defined]
+            self.index.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def above_thresholds(results: list[SearchResult], options: RetrieverOptions) -> list[SearchResult]:
+    """The results at or above ``score_threshold`` and at or above ``min_score_ratio`` of the top score."""
+    if options.score_threshold is not None:
+        results = [r for r in results if r.score >= options.score_threshold]
+    if options.min_score_ratio is not None and results and results[0].score > 0:
+        results = [r for r in results if r.score >= options.min_score_ratio * results[0].score]
+    return results
 
 
 def _live_hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit | None:

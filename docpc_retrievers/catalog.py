@@ -20,7 +20,7 @@ from docpc_retrievers.filters import check_where, filter_keys
 from docpc_retrievers.results import SearchResult
 from docpc_retrievers.store.multivector import MultiVectorStore
 
-__all__ = ["documents", "no_match_reason", "resolve_ids"]
+__all__ = ["documents", "ids_under", "no_match_reason", "resolve_ids"]
 
 
 def resolve_ids(
@@ -43,10 +43,16 @@ def resolve_ids(
         if not exact and not path.is_file():
             folders.append(path)
     if folders:
-        out.extend(d.id for d in store.iter_documents() if under_roots(str(d.metadata.get("source") or ""), folders))
+        out.extend(ids_under(store, folders))
     if where is not None:
         out.extend(store.ids(where=where))
     return list(dict.fromkeys(out))
+
+
+def ids_under(store: MultiVectorStore, folders: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """Ids of the documents whose source is one of ``folders`` (absolute paths) or lies under one, by path."""
+    roots = [Path(f) for f in folders]
+    return [d.id for d in store.iter_documents() if under_roots(str(d.metadata.get("source") or ""), roots)]
 
 
 def documents(store: MultiVectorStore, where: Mapping[str, Any] | None = None, *, page: int = 500) -> Iterator[SearchResult]:
@@ -66,6 +72,21 @@ def _count_values(counter: Counter[str], value: Any) -> None:
         text = json.dumps(v, ensure_ascii=False)
         if text in counter or len(counter) < _VALUES_COUNTED:
             counter[text] += 1
+
+
+def _contained(where: Any) -> set[str]:
+    """Keys a filter tests with ``$contains`` or ``$not_contains``."""
+    if isinstance(where, list):
+        return set().union(*map(_contained, where)) if where else set()
+    if not isinstance(where, Mapping):
+        return set()
+    out: set[str] = set()
+    for key, value in where.items():
+        if key.startswith("$"):
+            out |= _contained(value)
+        elif isinstance(value, Mapping) and {"$contains", "$not_contains"} & set(value):
+            out.add(key)
+    return out
 
 
 def no_match_reason(store: MultiVectorStore, where: Mapping[str, Any]) -> str:
@@ -109,4 +130,7 @@ def no_match_reason(store: MultiVectorStore, where: Mapping[str, Any]) -> str:
             exact = " (strings match exactly, case included)" if any(t.startswith('"') for t in values[key]) else ""
             lines.append(f"{key!r} takes {common}{f' and {more} other values' if more > 0 else ''} "
                          f"in the {having[key]} of {total} documents that have it{exact}")
+            if key in _contained(where) and all(t.startswith('"') for t in values[key]):
+                lines.append(f"{key!r} holds text, not lists: $contains tests a list's items, never text within a "
+                             "string; use $eq or $in, or --under PATH (under=) for a folder's documents")
     return "; ".join(lines[:1]) + ("\n  " + "\n  ".join(lines[1:]) if len(lines) > 1 else "")

@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -310,6 +312,17 @@ class RerankSettings:
         )
 
 
+def folders(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) -> tuple[str, ...]:
+    """Folders or files as absolute paths (``~`` expanded, links resolved), as the store records sources."""
+    if paths is None:
+        return ()
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)) or not str(item).strip():
+            raise ValueError(f"under takes folder or file paths, got {item!r}")
+    return tuple(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in items))
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """One search's choices, shared by the index, the CLI and both framework integrations.
@@ -318,7 +331,9 @@ class SearchOptions:
     in page mode; ``rerank`` turns on grid-then-page reranking with
     ``rerank_settings``; ``password`` opens encrypted sources when pages are rendered.
     ``candidates``: documents the first stage passes on to be scored from their stored vectors (None: the
-    store's own count, 256-1,024 by query length); more find more of the exact top k, more slowly.
+    store's own count by query length); more find more of the exact top k, more slowly.
+    ``under``: only documents whose source lies in one of these folders (or is one of these files), matched by
+    path as ``delete`` matches a folder, whether or not the files are still on disk.
     """
 
     top_k: int = DEFAULT_TOP_K
@@ -328,6 +343,7 @@ class SearchOptions:
     rerank_settings: RerankSettings = field(default_factory=RerankSettings)
     password: str | None = field(default=None, repr=False)
     candidates: int | None = None
+    under: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
@@ -352,11 +368,12 @@ class SearchOptions:
         grid_weight: float | None = None,
         password: str | None = None,
         candidates: int | None = None,
+        under: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     ) -> SearchOptions:
         """Options from the flat keywords of ``DocPCIndex.search`` (None takes the default)."""
         rerank_settings = RerankSettings.build(rerank_top_n, page_budget, grid_weight)
         return cls(top_k, dict(filters) if filters else None, aggregate, bool(rerank), rerank_settings, password,
-                   candidates)
+                   candidates, folders(under))
 
     @property
     def depth(self) -> int:

@@ -17,6 +17,8 @@ __all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "check_where", "filter_k
 
 COMPARISON_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$not_contains")
 LOGICAL_OPERATORS = ("$and", "$or")
+_TEXT_KEYS = frozenset({"source", "file_name", "title", "author", "mode", "strategy", "layout", "indexed_at", "model"})
+"""Built-in keys whose values are strings: ``$contains`` on them could never match."""
 
 
 def _describe(where: Any) -> str:
@@ -47,6 +49,12 @@ def _walk(where: Mapping[str, Any]) -> None:
                 if op not in COMPARISON_OPERATORS:
                     raise InvalidFilterError(
                         f"unknown operator {op!r} for key {key!r}; valid operators: {', '.join(COMPARISON_OPERATORS)}"
+                    )
+                if op in ("$contains", "$not_contains") and key in _TEXT_KEYS:
+                    raise InvalidFilterError(
+                        f"{op} on {key!r} can never match: {op} tests the items of a list-valued key, and {key!r} "
+                        "holds text (metadata filters have no substring test); use $eq or $in for whole values, or "
+                        "search a folder's documents with --under PATH (under= in Python)"
                     )
 
 

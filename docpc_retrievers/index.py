@@ -85,16 +85,9 @@ class DocPCIndex:
 
     @classmethod
     def from_pdfs(
-        cls,
-        paths: Iterable[str | os.PathLike[str]],
-        path: str | os.PathLike[str] | None = None,
-        *,
-        strategy: str | None = None,
-        pages: int | None = None,
-        password: str | None = None,
-        progress: bool = False,
-        workers: int | None = None,
-        prune: bool = False, metadata: UserMetadata = None, **kwargs: Any,
+        cls, paths: Iterable[str | os.PathLike[str]], path: str | os.PathLike[str] | None = None, *,
+        strategy: str | None = None, pages: int | None = None, password: str | None = None, progress: bool = False,
+        workers: int | None = None, prune: bool = False, metadata: UserMetadata = None, **kwargs: Any,
     ) -> DocPCIndex:
         """Build or extend a (writable) index from PDF files and folders; failures go to :attr:`last_report`.
 
@@ -140,33 +133,32 @@ class DocPCIndex:
         """Delete documents given by id, source path or folder, and/or matching ``where``; returns how many were deleted."""
         return self._indexer.delete(catalog.resolve_ids(self._store, ids_or_paths, where=where))
 
+    def set_metadata(self, ids_or_paths: Iterable[str | os.PathLike[str]], values: Mapping[str, Any] | None = None,
+                     *, unset: Iterable[str] = ()) -> int:
+        """Set ``values`` and remove the ``unset`` keys of your metadata on documents given by id, path or folder,
+        without re-encoding; returns how many documents changed."""
+        return self._indexer.edit_metadata(catalog.resolve_ids(self._store, ids_or_paths), values or {}, unset)
+
     def documents(self, where: Mapping[str, Any] | None = None, *, page: int = 500) -> Iterator[SearchResult]:
         """Every stored document (or those matching ``where``) as results with score 0, read ``page`` at a time."""
         return catalog.documents(self._store, where, page=page)
 
     def search(
-        self,
-        query: str,
-        top_k: int = DEFAULT_TOP_K,
-        *,
-        filters: Mapping[str, Any] | None = None,
-        aggregate: str = "max",
-        rerank: bool = False,
-        rerank_top_n: int | None = None,
-        page_budget: int | None = None,
-        grid_weight: float | None = None,
-        password: str | None = None,
-        candidates: int | None = None,
+        self, query: str, top_k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
+        aggregate: str = "max", rerank: bool = False, rerank_top_n: int | None = None, page_budget: int | None = None,
+        grid_weight: float | None = None, password: str | None = None, candidates: int | None = None,
+        under: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     ) -> list[SearchResult]:
         """Rank documents for a text query, best first.
 
-        ``filters``: a Chroma ``where`` dict. ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or
-        SumP (``sum``). ``rerank=True``: rescore the top ``rerank_top_n`` (20) documents from up to ``page_budget``
-        (4) pages each at full resolution, fused with weight ``grid_weight`` (0.5); ``password`` opens sources;
-        ``candidates``: the first stage's count (None: by query length; more: recall on large stores, slower)."""
+        ``filters``: a Chroma ``where`` dict; ``under``: folders (or files) whose documents alone are searched.
+        ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or SumP (``sum``). ``rerank=True``: rescore the
+        top ``rerank_top_n`` (20) documents from up to ``page_budget`` (4) pages each at full resolution, fused with
+        weight ``grid_weight`` (0.5); ``password`` opens sources; ``candidates``: the first stage's count (None: by
+        query length; more: recall on large stores, slower)."""
         return self.search_with([query], SearchOptions.build(
             top_k, filters=filters, aggregate=aggregate, rerank=rerank, rerank_top_n=rerank_top_n,
-            page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates))[0]
+            page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates, under=under))[0]
 
     def search_batch(self, queries: Sequence[str], top_k: int = DEFAULT_TOP_K, **options: Any) -> list[list[SearchResult]]:
         """:meth:`search` for several queries, encoded together (the same keyword options)."""
@@ -227,6 +219,13 @@ class DocPCIndex:
     def explain(self, query: str, doc_id: str, **options: Any) -> Explanation:
         """Why ``doc_id`` matched ``query``: token terms on the grid, page shares, overlay, crops (:meth:`Explainer.explain`)."""
         return self.explainer.explain(query, doc_id, **options)
+
+    def as_retriever(self, framework: str = "langchain", **options: Any) -> Any:
+        """A LangChain (``"langchain"``) or LlamaIndex (``"llamaindex"``) retriever over this index, with its options
+        (``k``/``similarity_top_k``, ``filter``/``filters``, ``rerank``, ...); the index stays open until closed."""
+        from docpc_retrievers.frameworks import framework_retriever
+
+        return framework_retriever(self, framework, options)
 
     def info(self) -> dict[str, Any]:
         """What the store holds and how it was built."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,7 +31,7 @@ from PIL import Image
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
 from docpc_retrievers.documents.discovery import check_roots, discover_pdfs, document_id, under_roots
 from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
-from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_metadata, user_part
+from docpc_retrievers.documents.user_metadata import UserMetadata, edited_metadata, resolve_user_metadata, user_part
 from docpc_retrievers.documents.workers import (
     DEFAULT_RENDER_TIMEOUT,
     DEFAULT_WORKER_MEMORY,
@@ -51,6 +50,7 @@ from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.encoders.pooling import pool_vectors
+from docpc_retrievers.progress import progress_bar
 
 __all__ = ["Indexer", "encode_with_tokens"]
 
@@ -78,6 +78,7 @@ class _Pending:
         return len(self.encoded) == len(self.doc.images)
 
 
+@dataclass
 class Indexer:
     """Adds PDFs to a store: one instance per open index, used by :meth:`DocPCIndex.add_pdfs`.
 
@@ -85,17 +86,10 @@ class Indexer:
     is encoded (a re-run that skips everything never loads it).
     """
 
-    def __init__(
-        self,
-        store: MultiVectorStore,
-        grids: GridImageStore,
-        settings: IndexSettings,
-        encoder: Callable[[], Encoder],
-    ) -> None:
-        self.store = store
-        self.grids = grids
-        self.settings = settings
-        self._encoder = encoder
+    store: MultiVectorStore
+    grids: GridImageStore
+    settings: IndexSettings
+    encoder: Callable[[], Encoder]
 
     def add_pdfs(
         self,
@@ -139,15 +133,15 @@ class Indexer:
         started = time.perf_counter()
         paths = list(paths)
         files = discover_pdfs(paths)
-        roots = check_roots(paths) if prune else []
+        roots = check_roots(paths) if prune else [Path(p).expanduser().resolve() for p in paths if Path(p).is_dir()]
         user = resolve_user_metadata(
             [f for f in files if f.exists()], metadata, by_path=metadata_by_path, sidecars=sidecars
         )
         report = IndexReport()
         pending: list[_Pending] = []
-        seen_ids: set[str] = set()
-        rendered_bar = _progress(len(files), progress, "rendered", position=0)
-        committed_bar = _progress(len(files), progress, "committed", position=1)
+        seen_ids: dict[str, str] = {}  # document id -> the first path of this run that held it
+        rendered_bar = progress_bar(len(files), progress, "rendered", position=0)
+        committed_bar = progress_bar(len(files), progress, "committed", position=1)
         n_workers = default_workers() if workers is None else workers
         # Two or more render workers also make the previews (40-60 ms of CPU per grid), so the encoder's process
         # stays free. A single worker would render and encode every preview in turn while the encoder waits (464
@@ -173,8 +167,7 @@ class Indexer:
                     rendered_bar.update(1)
                 self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=True)
                 committer.wait()
-                if prune:
-                    self._prune(roots, report)
+                self._prune(roots, report, delete=prune)
             finally:
                 renderer.close()
                 committer.close()
@@ -185,8 +178,11 @@ class Indexer:
         logger.info("%s (%d files)", report.summary(), len(files))
         return report
 
-    def _prune(self, roots: Sequence[Path], report: IndexReport) -> None:
-        """Delete the documents whose source lies under ``roots`` and no longer exists (not touched by this run)."""
+    def _prune(self, roots: Sequence[Path], report: IndexReport, *, delete: bool) -> None:
+        """The documents whose source lies under ``roots`` and no longer exists (not touched by this run): deleted,
+        or (``delete`` False) listed in ``report.missing`` for the hint."""
+        if not roots:
+            return
         touched = set(report.indexed) | set(report.skipped) | set(report.moved) | set(report.metadata_updated)
         gone = [
             doc.id
@@ -195,7 +191,9 @@ class Indexer:
             and under_roots(str(doc.metadata.get("source") or ""), roots)
             and not Path(str(doc.metadata.get("source"))).exists()
         ]
-        if gone:
+        if not delete:
+            report.missing.extend(gone)
+        elif gone:
             self.delete(gone)
             report.removed.extend(gone)
             logger.info("pruned %d documents whose source is gone", len(gone))
@@ -219,7 +217,7 @@ class Indexer:
         job: RenderJob,
         path: Path,
         rendered: Rendered | None,
-        seen_ids: set[str],
+        seen_ids: dict[str, str],
         report: IndexReport,
         pending: list[_Pending],
         user: dict[str, Any] | None,
@@ -242,11 +240,14 @@ class Indexer:
             if stale:
                 self.delete(stale)
                 report.replaced.extend(stale)
-            if doc_id in seen_ids or (doc_id in at_path and not user):
-                report.skipped.append(doc_id)  # a copy met earlier in this run, or stored here and nothing to update
-                seen_ids.add(doc_id)
+            if doc_id in seen_ids:  # a copy met earlier in this run
+                report.skipped.append(doc_id)
+                report.duplicates.append((str(path), seen_ids[doc_id]))
                 return "skipped"
-            seen_ids.add(doc_id)
+            seen_ids[doc_id] = str(path)
+            if doc_id in at_path and not user:  # stored from this path, nothing to update
+                report.skipped.append(doc_id)
+                return "skipped"
             return self._follow(path, doc_id, report, user)
         if rendered is None:  # stored when planned, gone now (deleted meanwhile): render it here
             rendered = render_document(job, path, doc_id)
@@ -259,7 +260,7 @@ class Indexer:
             report.failed.append(IndexFailure(failure.path, failure.message, failure.kind))
             return "failed"
         doc = rendered.doc
-        seen_ids.add(doc_id)
+        seen_ids[doc_id] = str(path)
         item = _Pending(doc, str(path), user=user or {})
         if doc.grid is not None and self.grids.store_grids:
             item.grid_bytes = rendered.preview if rendered.preview is not None else self.grids.encode_later(doc.grid.image)
@@ -282,6 +283,8 @@ class Indexer:
             changes.update(source=str(path), file_name=path.name, file_bytes=stat.st_size, file_mtime=stat.st_mtime)
         if wanted and any(stored.get(k) != v for k, v in wanted.items()):
             changes.update(wanted)
+        if old_source != str(path) and not moved:  # the original still holds these bytes: a copy
+            report.duplicates.append((str(path), old_source))
         if not changes:
             report.skipped.append(doc_id)
             return "skipped"
@@ -320,13 +323,13 @@ class Indexer:
                 done += 1
             if done:
                 batch, pending[:done] = pending[:done], []
-                encoder = encoder or self._encoder()
+                encoder = encoder or self.encoder()
                 committer.submit(lambda b=batch, e=encoder: self._commit(b, [x for p in b for x in p.encoded], e, report, bar))
             waiting = [(p, i) for p in pending for i in range(len(p.encoded), len(p.doc.images))]
             if not waiting or (len(waiting) < batch_size and not final):
                 return
             take = waiting[:batch_size]
-            encoder = self._encoder()
+            encoder = self.encoder()
             t0 = time.perf_counter()
             encoded = encode_with_tokens(encoder, [p.doc.images[i] for p, i in take])
             report.add_time("encode_s", time.perf_counter() - t0)
@@ -406,6 +409,15 @@ class Indexer:
         """Delete documents (records, vectors and grid previews); returns how many existed."""
         return self.store.delete(ids)
 
+    def edit_metadata(self, ids: Sequence[str], values: Mapping[str, Any], unset: Iterable[str]) -> int:
+        """Set and remove user metadata keys of documents without encoding anything; how many changed."""
+        unset = list(unset)
+        changed = [(d.id, new) for d in self.store.get(ids)
+                   if (new := edited_metadata(d.metadata, values, unset)) != dict(d.metadata)]
+        if changed:
+            self.store.update_metadata([i for i, _ in changed], [m for _, m in changed])
+        return len(changed)
+
 
 def _holds(doc_id: str, stored: Mapping[str, Any]) -> bool:
     """Whether the recorded source still holds the bytes of ``doc_id`` (a copy left in place, not a move)."""
@@ -455,20 +467,3 @@ class _Committer:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-
-
-class _NullBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool, desc: str, *, position: int = 0) -> Any:
-    """A tqdm bar on stderr when enabled and stderr is a terminal, else a no-op."""
-    if not enabled or not sys.stderr.isatty():
-        return _NullBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="pdf", file=sys.stderr, position=position)

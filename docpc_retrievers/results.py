@@ -182,7 +182,9 @@ class IndexReport:
     unchanged; ``moved``: already stored, found at a new path (source updated, nothing encoded);
     ``metadata_updated``: unchanged files whose user metadata changed (record updated, nothing
     encoded); ``removed``: deleted by a prune because their source is gone; ``failed``: files that
-    could not be used. ``images_encoded`` counts grids (or pages, in page mode) sent to the
+    could not be used; ``duplicates``: ``(path, same_as)`` for files whose bytes another file holds (stored once,
+    under ``same_as``); ``missing``: stored documents under the run's folders whose source is gone (what ``prune``
+    would delete; counted only when the run does not prune). ``images_encoded`` counts grids (or pages, in page mode) sent to the
     encoder; ``timings`` holds seconds per stage: ``render_s`` (open, select, render, compose),
     ``encode_s``, ``commit_s`` (grid previews and store writes) and ``total_s`` (the whole call).
     """
@@ -195,6 +197,8 @@ class IndexReport:
     moved: list[str] = field(default_factory=list)
     metadata_updated: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    duplicates: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
     images_encoded: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -225,11 +229,17 @@ class IndexReport:
         }
 
     def summary(self) -> str:
-        """One line for people: ``added 3, replaced 1, moved 0, removed 2, unchanged 10, failed 0``."""
+        """For people: ``added 3, replaced 1, moved 0, removed 2, unchanged 10, failed 0``, then a line per
+        duplicate and a hint when sources under the run's folders are gone."""
         counts = self.counts()
         if not counts["metadata_updated"]:
             counts.pop("metadata_updated")
-        return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+        lines = [", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())]
+        lines += [f"  duplicate: {path} has the same content as {same} (stored once)" for path, same in self.duplicates]
+        if self.missing:
+            lines.append(f"  {len(self.missing)} stored document{'s' if len(self.missing) != 1 else ''} under these "
+                         "folders lost their source file: `docpc list --missing` shows them, `--prune` deletes them")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's ``--json`` form: the counts, plus ``indexed``/``skipped`` as before and each failure."""
@@ -240,6 +250,8 @@ class IndexReport:
             "failed": [f.to_dict() for f in self.failed],
             "removed_ids": list(self.removed),
             "moved_ids": list(self.moved),
+            "duplicates": [{"path": path, "same_as": same} for path, same in self.duplicates],
+            "missing_ids": list(self.missing),
         }
 
 

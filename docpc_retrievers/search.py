@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.catalog import ids_under
 from docpc_retrievers.config import IndexSettings, SearchOptions
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.encoders import Encoder
@@ -71,11 +72,14 @@ class Searcher:
         texts = check_queries(queries)
         if options.top_k == 0 or self.store.count() == 0:
             return [[] for _ in texts]
+        within = ids_under(self.store, options.under) if options.under else None
+        if within is not None and not within:
+            return [[] for _ in texts]
         vectors = self._encoder().encode_queries(texts)
         depth = options.depth
         # A few spare hits: one deleted by another writer before its evidence is read gives its slot to the next.
         hits = self.store.search_batch(
-            vectors, depth + min(depth, _SPARE_HITS), where=options.filters, aggregate=options.aggregate,
+            vectors, depth + min(depth, _SPARE_HITS), where=options.filters, ids=within, aggregate=options.aggregate,
             n_candidates=options.candidates,
         )
         out = []

@@ -12,6 +12,7 @@ second-writer cases run on their own.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import select
@@ -27,6 +28,7 @@ import pytest
 from e2e_helpers import (
     CORPUS,
     CORPUS_INDEXABLE,
+    CORPUS_PDF_COUNT,
     ENCRYPTED,
     ENCRYPTED_PASSWORD,
     GEOTOPO,
@@ -129,6 +131,9 @@ def runs(
             "search_file": ("search", "--queries", queries_file, "--store", main, "-k", "3", "--json"),
             "search_file_text": ("search", "--queries", queries_file, "--store", main, "-k", "2"),
             "info": ("info", "--store", main, "--json"),
+            "search_under": ("search", "anything", "--store", main, "--under", CORPUS / "009-pdflatex-geotopo",
+                             "--under", MINIMAL, "-k", "100", "--json"),
+            "show_default_report": ("show", "anything", "--store", main, "-k", "1"),
             "info_after_delete": ("info", "--store", stores["delete_id"], "--json"),
             "info_after_delete_path": ("info", "--store", stores["delete_path"], "--json"),
             "not_a_store": ("search", "anything", "--store", not_a_store, "--json"),
@@ -147,6 +152,7 @@ def runs(
             ),
         },
         work / "logs2",
+        cwd={"show_default_report": work},
     )
     results["search_workers2"] = run_docpc("search", "anything", "--store", work / "workers2", "--top-k", "100", "--json")
     results["info_pool3"] = run_docpc("info", "--store", work / "pool3", "--json")
@@ -332,9 +338,42 @@ def test_a_query_on_standard_input_is_answered_before_the_next_arrives(corpus_st
 
 
 def test_standard_input_with_only_blank_lines_says_so(corpus_store: CorpusStore) -> None:
+    """Like an empty query: a usage error (2), the command's own usage shown."""
     blank = run_docpc("search", "--queries", "-", "--store", corpus_store.path, stdin="\n  \n")
-    assert blank.returncode == 0 and blank.stdout == "", blank.describe()
-    assert "held no query" in blank.stderr
+    assert blank.returncode == 2 and blank.stdout == "", blank.describe()
+    assert "held no query" in blank.stderr and "usage: docpc search" in blank.stderr
+
+
+def test_search_under_a_folder_and_a_file_finds_only_their_documents(runs: Runs) -> None:
+    run = runs["search_under"]
+    assert run.returncode == 0, run.describe()
+    sources = {hit["source"] for hit in json.loads(run.stdout)}
+    assert sources == {str(GEOTOPO.resolve()), str(MINIMAL.resolve())}
+
+
+def test_show_without_out_or_png_writes_the_default_report_in_the_current_folder(runs: Runs) -> None:
+    run = runs["show_default_report"]
+    assert run.returncode == 0, run.describe()
+    report = runs.work / "docpc-report.html"
+    assert "docpc-report.html" in run.stdout and report.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["search", "q", "--store", "S", "--topk", "3"], "did you mean --top-k for --topk?"),
+    (["search", "q", "--store", "S", "--top_k=3"], "did you mean --top-k for --top_k?"),
+    (["list", "--store", "S", "--bogus"], None),
+    (["search", " ", "--store", "S"], None),
+])
+def test_usage_errors_show_the_commands_usage_and_the_nearest_option(
+    argv: list[str], hint: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from docpc_retrievers.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and f"usage: docpc {argv[0]}" in err
+    assert (hint in err) if hint else "did you mean" not in err
 
 
 def test_search_top_k_0_is_a_usage_error(runs: Runs) -> None:
@@ -731,6 +770,39 @@ def test_show_png_writes_each_hits_pictures(corpus_store: CorpusStore, tmp_path:
             assert img.width > 0
 
 
-def test_show_needs_exactly_one_output(corpus_store: CorpusStore, tmp_path: Path) -> None:
-    run = run_docpc("show", SHOW_QUERY, "--store", corpus_store.path)
-    assert run.returncode == 2 and "--out" in run.stderr
+def test_show_takes_one_output_at_most(corpus_store: CorpusStore, tmp_path: Path) -> None:
+    run = run_docpc("show", SHOW_QUERY, "--store", corpus_store.path, "--out", tmp_path / "a.html", "--png", tmp_path)
+    assert run.returncode == 2 and "not allowed with argument" in run.stderr
+
+
+def test_info_and_list_answer_without_importing_torch_or_pymupdf(corpus_store: CorpusStore) -> None:
+    """Printing a manifest or a listing loads no model stack and no PDF library (each takes about a second)."""
+    code = ("import sys; from docpc_retrievers.cli import main; rc = main(sys.argv[1:]); "
+            "print(sorted(m for m in ('torch', 'transformers', 'pymupdf') if m in sys.modules)); sys.exit(rc)")
+    for command in ("info", "list"):
+        proc = subprocess.run([sys.executable, "-c", code, command, "--store", str(corpus_store.path)],
+                              capture_output=True, text=True, env=subprocess_env(), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == "[]", (command, proc.stdout[-300:])
+
+
+def test_off_a_terminal_progress_is_plain_lines_with_totals_and_the_model_load_is_announced(
+    corpus_store: CorpusStore,
+) -> None:
+    err = corpus_store.run.stderr
+    assert "docpc: loading the model" in err
+    assert f"docpc: rendered {CORPUS_PDF_COUNT} of {CORPUS_PDF_COUNT}" in err
+    assert f"docpc: committed {CORPUS_PDF_COUNT} of {CORPUS_PDF_COUNT}" in err
+    assert "\r" not in err  # no bar redrawn in a log
+
+
+def test_a_line_bar_writes_at_most_every_few_seconds_and_once_at_the_end(caplog: pytest.LogCaptureFixture) -> None:
+    from docpc_retrievers.progress import progress_bar
+
+    with caplog.at_level(logging.INFO, logger="docpc_retrievers.progress"):
+        bar = progress_bar(500, True, "rendered", every=3600)
+        for _ in range(500):
+            bar.update(1)
+        bar.close()
+        progress_bar(5, False, "nothing").close()
+    assert [r.getMessage() for r in caplog.records] == ["rendered 500 of 500"]

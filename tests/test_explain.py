@@ -44,8 +44,8 @@ def test_token_terms_add_up_to_the_search_score(grid_index: DocPCIndex, tiny_enc
     for hit in hits:
         x = hit.explain()
         total = sum(c.value for c in x.contributions)
-        assert x.score == pytest.approx(total)
-        assert x.score == pytest.approx(hit.score, rel=1e-4, abs=1e-4)  # search scored the same int8 rows
+        assert x.score == hit.score and x.grid_score == pytest.approx(total)
+        assert x.grid_score == pytest.approx(hit.score, rel=1e-4, abs=1e-4)  # search scored the same int8 rows
         labels = tiny_encoder.query_tokens(QUERY)
         assert len(x.contributions) == len(labels)
         assert [c.included for c in x.contributions] == [own for _, own in labels]
@@ -187,6 +187,8 @@ def test_a_reranked_hit_shows_the_pages_reranking_scored(grid_index: DocPCIndex)
     for picture, ev in zip(x.pages, hit.evidence_pages):
         assert picture.score == pytest.approx(ev.score, rel=0.02, abs=0.02)
     assert any("reranked" in n for n in x.notes)
+    assert x.score == hit.score != x.grid_score  # the hit's fused score; the grid's MaxSim beside it
+    assert x.grid_score == pytest.approx(hit.grid_score, rel=1e-4, abs=1e-4)
 
 
 def test_explanations_and_results_display_and_save(grid_index: DocPCIndex, tmp_path: Path) -> None:

@@ -184,6 +184,8 @@ def test_renamed_copy_is_skipped_as_duplicate(store_copy: Path, tiny_encoder: Co
         assert len(index) == len(GOOD)
         [doc] = index.get([document_id(FOUR_PAGES)])
         assert doc.source == str(FOUR_PAGES)
+        assert report.duplicates == [(str(renamed.resolve()), str(FOUR_PAGES))]  # named, not just "unchanged 1"
+        assert f"duplicate: {renamed.resolve()} has the same content as {FOUR_PAGES}" in report.summary()
 
 
 def test_two_copies_in_one_run_are_indexed_once(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
@@ -194,7 +196,27 @@ def test_two_copies_in_one_run_are_indexed_once(tmp_path: Path, tiny_encoder: Co
         report = index.last_report
         assert report.indexed == [document_id(a)]
         assert report.skipped == [document_id(a)]
+        assert report.duplicates == [(str(b.resolve()), str(a.resolve()))]
+        assert report.to_dict()["duplicates"] == [{"path": str(b.resolve()), "same_as": str(a.resolve())}]
         assert len(index) == 1
+
+
+def test_a_rerun_says_when_sources_under_its_folders_are_gone(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    keep, lose = make_pdf(tmp_path / "in" / "keep.pdf", "kept"), make_pdf(tmp_path / "in" / "lose.pdf", "lost")
+    elsewhere = make_pdf(tmp_path / "other" / "x.pdf", "not under the folder")
+    with DocPCIndex.from_pdfs([tmp_path / "in", elsewhere], tmp_path / "store", encoder=tiny_encoder) as index:
+        assert index.last_report.missing == []
+        lose.unlink()
+        elsewhere.unlink()
+        report = index.add_pdfs([tmp_path / "in"])
+        assert report.missing == [document_id_of(index, "lose.pdf")] and report.removed == []
+        assert "`docpc list --missing` shows them, `--prune` deletes them" in report.summary()
+        assert len(index) == 3 and keep.exists()
+        assert index.add_pdfs([tmp_path / "in"], prune=True).removed == report.missing
+
+
+def document_id_of(index: DocPCIndex, name: str) -> str:
+    return next(d.id for d in index.documents() if Path(d.source).name == name)
 
 
 def test_changed_file_replaces_its_old_record(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
@@ -471,6 +493,56 @@ def test_opening_a_directory_that_is_not_a_store_fails(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         DocPCIndex(tmp_path / "does-not-exist")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_is_not_written_into_a_file_or_a_folder_of_other_files(tmp_path: Path) -> None:
+    """--store at a user's own folder or at a file: refused before anything is written, naming what is there."""
+    papers = tmp_path / "papers"
+    make_pdf(papers / "a.pdf", "a user's own file")
+    (papers / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match=r"not a docpc store and holds other files \(a.pdf, notes.txt\)"):
+        DocPCIndex(papers, writable=True)
+    assert sorted(p.name for p in papers.iterdir()) == ["a.pdf", "notes.txt"]
+    with pytest.raises(StoreError, match="is a file; a store is a folder"):
+        DocPCIndex(papers / "notes.txt", writable=True)
+    with DocPCIndex(tmp_path / "empty-or-new", writable=True) as index:  # a new folder is fine
+        assert len(index) == 0
+
+
+def test_under_searches_only_a_folders_documents(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    """``under=``: the documents whose source lies in a folder (or is a file), as delete matches them; others never
+    appear, a folder with nothing indexed gives nothing, and the ranking is the unrestricted one's order."""
+    lib = tmp_path / "lib"
+    a = [make_pdf(lib / "a" / f"{i}.pdf", f"team a {i}") for i in range(3)]
+    b = [make_pdf(lib / "b" / f"{i}.pdf", f"team b {i}") for i in range(2)]
+    with DocPCIndex.from_pdfs([lib], tmp_path / "store", encoder=tiny_encoder) as index:
+        everything = [r.id for r in index.search("anything", top_k=10)]
+        in_a = index.search("anything", top_k=10, under=lib / "a")
+        assert {r.source for r in in_a} == {str(p.resolve()) for p in a}
+        assert [r.id for r in in_a] == [i for i in everything if i in {r.id for r in in_a}]
+        both = index.search("anything", top_k=10, under=[str(lib / "b"), a[0]])
+        assert {r.source for r in both} == {str(p.resolve()) for p in [*b, a[0]]}
+        assert index.search("anything", top_k=10, under=tmp_path / "elsewhere") == []
+        named = index.search("anything", top_k=10, under=lib / "b", filters={"file_name": "0.pdf"})
+        assert [r.source for r in named] == [str(b[0].resolve())]
+        with pytest.raises(ValueError, match="under takes folder or file paths"):
+            index.search("anything", under=[3])  # type: ignore[list-item]
+
+
+def test_contains_on_a_text_key_is_refused_and_explained(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> None:
+    """$contains tests list items: on a built-in text key it is refused at once; on a user's text key that matches
+    nothing, the no-match explanation says why."""
+    from docpc_retrievers import InvalidFilterError
+    from docpc_retrievers.catalog import no_match_reason
+
+    pdf = make_pdf(tmp_path / "doc.pdf", "one document")
+    with DocPCIndex.from_pdfs([pdf], tmp_path / "store", encoder=tiny_encoder, metadata={"team": "alpha"}) as index:
+        with pytest.raises(InvalidFilterError, match=r"\$contains on 'title' can never match.*--under"):
+            index.search("anything", filters={"title": {"$contains": "one"}})
+        assert index.search("anything", filters={"team": {"$contains": "alp"}}) == []
+        reason = no_match_reason(index.store, {"team": {"$contains": "alp"}})
+        assert "'team' holds text, not lists" in reason and "--under" in reason
+        assert "holds text" not in no_match_reason(index.store, {"team": "beta"})
 
 
 def test_second_writer_in_the_same_process_is_refused(store_copy: Path, tiny_encoder: ColPaliEncoder) -> None:

@@ -11,6 +11,8 @@ import pytest
 from e2e_helpers import clear_chroma_cache, make_pdf
 
 from docpc_retrievers import DocPCError, DocPCIndex, InvalidFilterError
+from docpc_retrievers.cli.search import evidence_line
+from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.catalog import no_match_reason
 from docpc_retrievers.cli.app import main
 from docpc_retrievers.cli.search import page_ranges
@@ -160,9 +162,17 @@ def test_search_output_counts_pages_and_labels_evidence(store: Path, capsys: pyt
     out = capsys.readouterr().out
     blocks = [b for b in re.split(r"(?m)^(?=\s*\d+\.\s)", out) if b.strip()]
     assert len(blocks) == len(hits) == 3
-    for hit, block in zip(hits, blocks):  # what the shares leave is shown as such
+    for hit, block in zip(hits, blocks):  # what the shares leave is shown as such; pages with nothing are not listed
         rest = 1.0 - sum(e["share"] for e in hit["evidence_pages"])
-        assert (f"; {rest:.0%} on no page" in block) == (rest >= 0.05), (rest, block)
+        if any(e["share"] >= 0.005 for e in hit["evidence_pages"]):
+            assert (f"; {rest:.0%} from the query's prompt tokens" in block) == (rest >= 0.05), (rest, block)
+        else:
+            assert "no page stands out" in block
+        assert not re.search(r"\bp\d+ 0%", block), block
+    nothing = [EvidencePage(page=p, score=0.0, share=0.0) for p in (1, 2, 3, 4)]
+    assert evidence_line(nothing) == "no page stands out: the score comes from the query's prompt tokens and empty cells"
+    some = [EvidencePage(page=2, score=0.5, share=0.6), EvidencePage(page=1, score=0.0, share=0.0)]
+    assert evidence_line(some) == "p2 60%; 40% from the query's prompt tokens and empty cells"
     assert "[1 page;" in out and "1 pages" not in out and "evidence (share of the grid score)" in out
     assert page_ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8" and page_ranges(list(range(1, 118))) == "1-117"
 

@@ -9,6 +9,7 @@ exception (``-v`` shows the traceback). No command ever dumps a raw traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "docpc_retrievers.cli.search",
     "docpc_retrievers.cli.show",
     "docpc_retrievers.cli.store",
+    "docpc_retrievers.cli.meta",
     "docpc_retrievers.cli.eval",
     "docpc_retrievers.cli.train",
 )
@@ -44,10 +46,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         import_module(module).register(sub)
+    parser.set_defaults(commands=sub.choices)
     return parser
 
 
+def _unrecognized(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's message for unknown arguments, with the nearest option of the command for each unknown one."""
+    options = [s for action in parser._actions for s in action.option_strings]
+    hints = []
+    for extra in extras:
+        if extra.startswith("-"):
+            near = difflib.get_close_matches(extra.split("=", 1)[0], options, n=1, cutoff=0.8)
+            if near:
+                hints.append(f"did you mean {near[0]} for {extra.split('=', 1)[0]}?")
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+
+
 def _setup_logging(verbose: int) -> None:
+    progress = logging.getLogger("docpc_retrievers.progress")  # model loading and totals: shown without -v
+    if not progress.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("docpc: %(message)s"))
+        progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    progress.propagate = False
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     # force=True: importing colpali-engine may already have attached a root handler.
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
@@ -75,14 +97,17 @@ def _silence_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``docpc``; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    command = args.commands.get(args.command, parser)  # errors print the command's own usage
+    if extras:
+        command.error(_unrecognized(extras, command))
     verbose = int(getattr(args, "verbose", 0) or 0)
     _setup_logging(verbose)
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     try:
         return int(args.func(args))
     except UsageError as exc:
-        parser.error(str(exc))
+        command.error(str(exc))
     except (InvalidFilterError, InvalidMetadataError, SourceRootError) as exc:  # the user's input, found after parsing
         print(f"docpc: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -10,18 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.cli.common import (
-    EXIT_FATAL,
-    EXIT_OK,
-    EXIT_PARTIAL,
-    UsageError,
-    add_store_options,
-    emit,
-    encoder_options,
-    grid_shape_arg,
-    parse_where,
-    positive_int,
-    require_store,
-    store_kwargs,
+    EXIT_FATAL, EXIT_OK, EXIT_PARTIAL, UsageError, add_store_options, emit, encoder_options, grid_shape_arg,
+    parse_where, positive_int, require_store, store_kwargs,
 )
 
 __all__ = ["register"]
@@ -85,7 +75,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--meta", action="append", default=[], metavar="KEY=VALUE",
-        help="metadata for every file (repeatable; VALUE is parsed as JSON when it can be: year=2024 is a number)",
+        help="metadata for every file (repeatable): KEY=VALUE is a number, boolean or list where VALUE parses as "
+             "one in JSON (year=2024), else text; KEY:=JSON must be JSON",
     )
     p.add_argument("--meta-file", type=Path, help="JSON object mapping PDF paths (relative to it) to metadata objects")
     p.add_argument("--no-sidecars", action="store_true", help="ignore <name>.pdf.json metadata files next to PDFs")

@@ -12,23 +12,17 @@ import json
 import os
 import select
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
 from docpc_retrievers.cli.common import (
-    EXIT_OK,
-    UsageError,
-    add_store_options,
-    emit,
-    encoder_options,
-    explain_no_match,
-    parse_where,
-    positive_int,
+    EXIT_OK, UsageError, add_store_options, emit, encoder_options, explain_no_match, parse_where, positive_int,
     store_kwargs,
 )
 from docpc_retrievers.config import AGGREGATES
+from docpc_retrievers.results import EvidencePage
 
 __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
 
@@ -64,6 +58,8 @@ def register(sub: Any) -> None:
     add_store_options(p)
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
+    p.add_argument("--under", action="append", metavar="PATH",
+                   help="search only the documents of this folder or file (repeat for several)")
     p.add_argument(
         "--aggregate", choices=AGGREGATES, help="page-mode stores only: MaxP (max, default), AvgP or SumP"
     )
@@ -72,7 +68,7 @@ def register(sub: Any) -> None:
     p.add_argument("--page-budget", type=positive_int, default=4, help="pages encoded per reranked document (default 4)")
     p.add_argument(
         "--candidates", type=positive_int,
-        help="documents the first stage keeps for exact scoring (default: 256-4,096 by query length); more: higher "
+        help="documents the first stage keeps for exact scoring (default: by query length); more: higher "
         "recall on large stores, slower",
     )
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
@@ -127,6 +123,16 @@ def stream_batches(fd: int) -> Iterator[list[str]]:
         yield from (batch[i : i + QUERY_BATCH] for i in range(0, len(batch), QUERY_BATCH))
 
 
+def evidence_line(pages: Sequence[EvidencePage]) -> str:
+    """The pages that hold at least half a percent of the grid score (at most four), and what no page holds."""
+    shown = [e for e in pages if (e.share or 0.0) >= 0.005][:4]
+    rest = 1.0 - sum(e.share or 0.0 for e in pages)
+    if not shown:
+        return "no page stands out: the score comes from the query's prompt tokens and empty cells"
+    line = ", ".join(f"p{e.page} {e.share or 0.0:.0%}" for e in shown)
+    return line + (f"; {rest:.0%} from the query's prompt tokens and empty cells" if rest >= 0.05 else "")
+
+
 def _query_batches(args: argparse.Namespace, stream: TextIO | None) -> Iterator[list[str]]:
     """The command line's queries, then those of ``--queries``, in batches."""
     yield from _batches(iter(args.query))
@@ -168,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
                     page_budget=args.page_budget,
                     password=args.password,
                     candidates=args.candidates,
+                    under=args.under,
                 )
                 for query, results in zip(batch, answers):
                     n += 1
@@ -177,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             if empty:
                 explain_no_match(index.store, where)
             if n == 0:
-                print("docpc: --queries held no query (only blank lines)", file=sys.stderr)
+                raise UsageError("--queries held no query (only blank lines)")
     finally:
         if stream is not None and stream is not sys.stdin:
             stream.close()
@@ -206,11 +213,7 @@ def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None) 
         print(f"     {r.source}  id={r.id}")
         if r.evidence_pages:
             if r.evidence_pages[0].share is not None:
-                shown = ", ".join(f"p{e.page} {e.share or 0.0:.0%}" for e in r.evidence_pages[:4])
-                rest = 1.0 - sum(e.share or 0.0 for e in r.evidence_pages)
-                if rest >= 0.05:  # matches on the prompt's tokens or an empty cell: shown, so the shares add up
-                    shown += f"; {rest:.0%} on no page (prompt tokens, empty cells)"
-                print(f"     evidence (share of the grid score): {shown}")
+                print(f"     evidence (share of the grid score): {evidence_line(r.evidence_pages)}")
             else:
                 shown = ", ".join(f"p{e.page} {e.score or 0.0:.3f}" for e in r.evidence_pages[:4])
                 print(f"     evidence (each page's own score): {shown}")

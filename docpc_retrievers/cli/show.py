@@ -7,18 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.cli.common import (
-    EXIT_OK,
-    UsageError,
-    add_store_options,
-    emit,
-    encoder_options,
-    explain_no_match,
-    parse_where,
-    positive_int,
+    EXIT_OK, UsageError, add_store_options, emit, encoder_options, explain_no_match, parse_where, positive_int,
     store_kwargs,
 )
 
-__all__ = ["register"]
+__all__ = ["DEFAULT_REPORT", "register"]
+
+DEFAULT_REPORT = "docpc-report.html"
+"""Where ``docpc show`` writes its report when given neither ``--out`` nor ``--png``."""
 
 
 def register(sub: Any) -> None:
@@ -28,8 +24,9 @@ def register(sub: Any) -> None:
     add_store_options(p)
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="hits to explain (default 5)")
     p.add_argument("--where", help="explain the hits of a filtered search: a Chroma metadata filter (JSON)")
-    out = p.add_mutually_exclusive_group(required=True)
-    out.add_argument("--out", type=Path, help="write one self-contained HTML report here")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--out", type=Path, help="write one self-contained HTML report here (default: docpc-report.html "
+                     "in the current folder)")
     out.add_argument("--png", type=Path, metavar="DIR", help="write each hit's pictures as PNG files under DIR")
     p.add_argument("--pages", type=positive_int, default=2, help="top pages cropped per hit (default 2)")
     p.add_argument("--rerank", action="store_true", help="rerank first and show the pages it scored")
@@ -48,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         raise UsageError("--dpi must be positive")
     where = parse_where(args.where)
+    if args.out is None and args.png is None:
+        args.out = Path(DEFAULT_REPORT)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
         results = index.search(args.query, args.top_k, filters=where, rerank=args.rerank, password=args.password)
         if not results:

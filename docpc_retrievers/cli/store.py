@@ -9,14 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.cli.common import (
-    EXIT_OK,
-    add_store_options,
-    counting_bar,
-    emit,
-    explain_no_match,
-    parse_where,
-    require_store,
-    store_kwargs,
+    EXIT_OK, add_store_options, counting_bar, emit, explain_no_match, parse_where, require_store, store_kwargs,
     warm_store,
 )
 

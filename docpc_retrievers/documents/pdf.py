@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pymupdf
+if TYPE_CHECKING:  # imported where used: pymupdf takes about a second to import (docpc info/list never need it)
+    import pymupdf
+
 from PIL import Image
 
 from docpc_retrievers.errors import PDFLoadError
@@ -136,6 +138,8 @@ def _zoom_limited(rect: pymupdf.Rect, zoom: float, box: tuple[int, int] | None, 
 
     MuPDF rounds the scaled page rectangle outwards, so the exact integer size is checked.
     """
+    import pymupdf
+
     for _ in range(64):
         irect = (rect * pymupdf.Matrix(zoom, zoom)).irect
         width, height = irect.width, irect.height
@@ -343,6 +347,8 @@ class PDFDocument:
                 "%s: page %d (%.0fx%.0f pt) downscaled to respect max_pixels=%d",
                 self.path, index, rect.width, rect.height, max_pixels,
             )
+        import pymupdf
+
         try:
             pixmap = page.get_pixmap(matrix=pymupdf.Matrix(capped, capped), colorspace=pymupdf.csRGB, alpha=False)
         except Exception as exc:
@@ -394,6 +400,7 @@ def open_pdf(
     except OSError as exc:
         raise PDFLoadError(file_path, "not_found", f"file cannot be read: {exc}") from exc
     has_header = _has_pdf_header(head)
+    import pymupdf
 
     try:
         # Always force the PDF parser: without it MuPDF sniffs the content and would open

@@ -120,6 +120,8 @@ def _limit_memory(limit: int | None) -> None:
     machine-dependent amount of virtual memory, so the cap is on what rendering adds)."""
     if not limit:
         return
+    import pymupdf  # noqa: F401 - imported before the cap: its import maps memory and starts threads of its own
+
     try:
         import resource
 

@@ -11,6 +11,7 @@ value), so a mistake fails the run at once with the file and the key named.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections import Counter
@@ -20,6 +21,8 @@ from typing import Any, Optional, Union
 
 from docpc_retrievers.errors import InvalidMetadataError
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "BUILTIN_KEYS",
     "MAX_USER_KEYS",
@@ -27,6 +30,7 @@ __all__ = [
     "RESERVED_KEYS",
     "UserMetadata",
     "check_user_metadata",
+    "edited_metadata",
     "load_meta_file",
     "metadata_keys",
     "parse_meta_option",
@@ -113,20 +117,42 @@ def _checked_value(value: Any, where: str) -> Any:
 
 
 def parse_meta_option(items: Iterable[str]) -> dict[str, Any]:
-    """``--meta key=value`` options as a dict: values parse as JSON when they can (``year=2024`` is a number)."""
+    """``--meta`` options as a dict. ``key=value``: a number, boolean or list where the value parses as one in JSON
+    (``year=2024``), else the text as given (``null`` and ``{...}`` stay text). ``key:=JSON``: the value must be
+    JSON of a storable type (a string, number, boolean or list of one type); an object or null is refused."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
+        strict = key.endswith(":")
+        key = key[:-1] if strict else key
         if not sep or not key.strip():
-            raise InvalidMetadataError(f"--meta {item!r}: expected key=value")
+            raise InvalidMetadataError(f"--meta {item!r}: expected key=value or key:=JSON")
         try:
             value = json.loads(raw)
         except ValueError:
+            if strict:
+                raise InvalidMetadataError(f"--meta {item!r}: {raw!r} is not JSON (key=value stores text)") from None
             value = raw
+        if strict and (value is None or isinstance(value, dict)):
+            raise InvalidMetadataError(
+                f"--meta {item!r}: metadata values are strings, numbers, booleans or lists of one of those; "
+                + ("to remove a key use `docpc meta unset`" if value is None else "an object cannot be stored")
+            )
         if isinstance(value, dict) or value is None:
-            value = raw  # only scalars and lists are parsed; '{...}' and 'null' stay text
+            value = raw
         out[key.strip()] = value
     return check_user_metadata(out, "--meta")
+
+
+def edited_metadata(stored: Mapping[str, Any], values: Mapping[str, Any], unset: Iterable[str]) -> dict[str, Any]:
+    """A document's metadata with your ``values`` set and your ``unset`` keys removed (the library's keys refused)."""
+    values = check_user_metadata(values, "metadata")
+    removed = list(unset)
+    check_user_metadata(dict.fromkeys(removed), "unset")  # the same key rules: a library key cannot be removed
+    out = {k: v for k, v in stored.items() if k not in removed}
+    out.update(values)
+    check_user_metadata(user_part(out), "metadata")  # still within the key limit
+    return out
 
 
 def load_meta_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
@@ -171,6 +197,11 @@ def resolve_user_metadata(
     if metadata is not None and not callable(metadata):
         common = check_user_metadata(metadata, "metadata")
     out: dict[Path, dict[str, Any]] = {}
+    files = list(files)
+    unmatched = sorted(set(by_path or {}) - {str(Path(f).resolve()) for f in files})
+    if unmatched:
+        logger.warning("metadata for %d path%s matching no PDF of this run: %s", len(unmatched),
+                       "" if len(unmatched) == 1 else "s", ", ".join(unmatched))
     for file in files:
         meta = dict(common)
         if sidecars:

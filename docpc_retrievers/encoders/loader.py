@@ -19,6 +19,7 @@ from docpc_retrievers.encoders.protocol import Encoder
 from docpc_retrievers.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
+PROGRESS = logging.getLogger("docpc_retrievers.progress")
 
 __all__ = ["EncoderLoader"]
 
@@ -71,6 +72,7 @@ class EncoderLoader:
         """The encoder, built and checked on first call (thread-safe)."""
         with self._lock:
             if self._encoder is None:
+                PROGRESS.info("loading the model %s (first use)", self.model)
                 encoder = self._load()
                 self._check(encoder)
                 self._encoder = encoder

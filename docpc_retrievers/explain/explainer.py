@@ -10,6 +10,7 @@ their patch positions.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,20 +47,14 @@ _MAX_CROP_RENDER_PIXELS = 40_000_000
 DEFAULT_EXPLAIN_DPI = 144.0
 
 
+@dataclass
 class Explainer:
     """Builds :class:`Explanation` objects for one store (the index and its search results share one)."""
 
-    def __init__(
-        self,
-        store: MultiVectorStore,
-        grids: GridImageStore,
-        settings: IndexSettings,
-        encoder: Callable[[], Encoder],
-    ) -> None:
-        self.store = store
-        self.grids = grids
-        self.settings = settings
-        self._encoder = encoder
+    store: MultiVectorStore
+    grids: GridImageStore
+    settings: IndexSettings
+    encoder: Callable[[], Encoder]
 
     def explain(
         self,
@@ -87,7 +82,7 @@ class Explainer:
             raise DocumentNotFoundError(doc_id, self.store.path)
         doc = found[0]
         meta = doc.metadata
-        encoder = self._encoder()
+        encoder = self.encoder()
         if not getattr(encoder, "has_patch_grid", False):
             raise ExplainUnavailableError(
                 f"the {getattr(encoder, 'family', type(encoder).__name__)} encoder does not say where its image "
@@ -171,8 +166,10 @@ class Explainer:
                 f"reranked: the hit's score {result.score:.4f} fuses the grid's {self.grid_score(contributions):.4f} "
                 "with the page scores below"
             )
+        grid_score = self.grid_score(contributions)
         return Explanation(
-            score=self.grid_score(contributions), mode="grid", shares=shares, contributions=contributions,
+            score=result.score if result is not None else grid_score, grid_score=grid_score, mode="grid",
+            shares=shares, contributions=contributions,
             overlay=overlay, crops=crops, pages=pictures, **common,
         )
 
@@ -253,7 +250,7 @@ class Explainer:
             composed = [compose_grid([img], [p - 1], shape=(1, 1), cell_size=size) for img, p in zip(images, pages)]
             images = [c.image for c in composed]
             layouts = [c.layout for c in composed]
-        encoded = self._encoder().encode_images_with_info(images)
+        encoded = self.encoder().encode_images_with_info(images)
         pictures: list[PagePicture] = []
         page_crops: list[PageCrop] = []
         for i, (page, image, item) in enumerate(zip(pages, images, encoded)):

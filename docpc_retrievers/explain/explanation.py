@@ -72,8 +72,10 @@ class PagePicture:
 class Explanation:
     """Why a document matched a query.
 
-    ``score``: MaxSim of the query against the stored vectors (the same sum the
-    contributions make). ``shares``: each selected page's share of it (1-based
+    ``score``: the hit's score (after reranking, the fused score the hit carries;
+    without a hit, MaxSim of the query against the stored vectors). ``grid_score``
+    (grid mode): that MaxSim over the stored grid vectors, the sum the
+    contributions make. ``shares``: each selected page's share of it (1-based
     page numbers). ``contributions``: one term per query token, with the grid
     patch that won it; ``excluded`` ones (prompt, augmentation) are left out of
     the pictures and listed. ``overlay``: the grid with heat and outlined,
@@ -94,6 +96,7 @@ class Explanation:
     crops: list[PageCrop] = field(default_factory=list)
     pages: list[PagePicture] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    grid_score: float | None = None
 
     @property
     def included(self) -> list[TokenContribution]:

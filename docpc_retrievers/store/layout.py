@@ -32,6 +32,10 @@ __all__ = ["StoreLayout", "check_doc_id", "write_json_atomic"]
 #: Document ids are content hashes: 32 lowercase hex characters.
 _DOC_ID = re.compile(r"^[0-9a-f]{32}$")
 
+#: What a store folder may hold before its manifest exists (a run stopped before its first commit).
+_STORE_ENTRIES = frozenset({"store.json", "write.lock", "chroma", "cache", "page_cache", "docpc_retriever.json",
+                            "vectors", "grids"})
+
 #: Left out when a store is copied: the lock, temporary files and caches that rebuild themselves.
 _NOT_COPIED = ("write.lock", ".tmp-*", "*.tmp", "page_cache", "cache")
 
@@ -95,6 +99,8 @@ class StoreLayout:
 
     def read_manifest(self) -> dict[str, Any]:
         """The local manifest (format, collection); empty when there is none, StoreError when unreadable."""
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{self.root} is a file; a store is a folder (give a new or empty folder)")
         try:
             data = json.loads(self.manifest.read_text())
         except FileNotFoundError:
@@ -122,6 +128,18 @@ class StoreLayout:
     def exists(self) -> bool:
         """Whether a store has been created here."""
         return self.manifest.exists()
+
+    def check_can_create(self) -> None:
+        """Refuse, before anything is written, a path that is a file or a folder of other files (a store is
+        written into its own folder: deleting the store must never delete a user's files)."""
+        self.read_manifest()  # a file: refused there
+        if self.exists() or not self.root.is_dir():
+            return
+        others = sorted(p.name for p in self.root.iterdir() if p.name not in _STORE_ENTRIES)
+        if others:
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise StoreError(f"{self.root} is not a docpc store and holds other files ({shown}); give a new or "
+                             "empty folder for the store, e.g. a subfolder")
 
     def recorded_settings(self) -> dict[str, Any]:
         """The settings recorded in the manifest, without opening the store ({} when none or unreadable)."""

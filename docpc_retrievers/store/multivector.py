@@ -92,6 +92,8 @@ class MultiVectorStore:
             )
         if host is None and not writable and not self.layout.chroma.exists():
             raise StoreError(f"no docpc store at {self.path} (missing {self.layout.manifest.name}); index some documents first")
+        if writable and host is None:
+            self.layout.check_can_create()
         self._lock = WriterLock(self.layout.lock) if writable and host is None else None
         self._cache: VectorCache | None = None
         try:

@@ -38,8 +38,9 @@ ZERO_PAGES = CORPUS / "017-unreadable-meta-data/unreadablemetadata.pdf"
 FOUR_PAGES = CORPUS / "004-pdflatex-4-pages/pdflatex-4-pages.pdf"
 
 
-def generated_pdfs(folder: Path, n: int = 6) -> Path:
-    """A few small PDFs (i+1 pages, title and author set) for machines without the corpus."""
+def generated_pdfs(folder: Path, n: int = 6, *, label: str = "") -> Path:
+    """A few small PDFs (i+1 pages, title and author set) for machines without the corpus; another ``label`` gives
+    other bytes (the same ``n`` and label: the same files)."""
     import pymupdf
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,7 @@ def generated_pdfs(folder: Path, n: int = 6) -> Path:
         doc = pymupdf.open()
         for p in range(i + 1):
             page = doc.new_page(width=300, height=400)
-            page.insert_text((30, 60 + 20 * i), f"Document {i} page {p + 1}: report {i * 7}", fontsize=14)
+            page.insert_text((30, 60 + 20 * i), f"{label}Document {i} page {p + 1}: report {i * 7}", fontsize=14)
         doc.set_metadata({"title": f"Generated {i}", "author": f"Author {i % 2}"})
         doc.save(folder / f"generated-{i}.pdf")
         doc.close()

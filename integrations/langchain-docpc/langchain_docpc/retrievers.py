@@ -13,7 +13,7 @@ from typing import Any
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, ImageFormat, PathLike, RetrieverOptions, ReturnImages
-from docpc_retrievers.adapters import b64_png, check_known, merge_search_kwargs
+from docpc_retrievers.adapters import StoreEditing, b64_png, check_known, check_search_type, merge_search_kwargs
 from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate
 from docpc_retrievers.encoders import Encoder
@@ -35,10 +35,11 @@ _RENAMED = {"k": "top_k", "filter": "filters"}
 #: Other names LangChain users write for the same options in search_kwargs.
 _SEARCH_ALIASES = {"top_k": "k", "filters": "filter"}
 _OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                  "return_images", "page_dpi", "image_format", "candidates")
+                  "return_images", "page_dpi", "image_format", "candidates", "under", "score_threshold",
+                  "min_score_ratio")
 
 
-class DocPCRetriever(BaseRetriever):
+class DocPCRetriever(StoreEditing, BaseRetriever):
     """Rank whole PDFs by visual late-interaction (MaxSim) over their composed page grids.
 
     Build one with :meth:`from_pdfs`, :meth:`from_persist_dir` or ``DocPCRetriever(persist_dir=...)`` (read-only),
@@ -75,7 +76,15 @@ class DocPCRetriever(BaseRetriever):
     page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
     """Resolution of page images with ``return_images="pages"``."""
     candidates: int | None = Field(default=None, ge=1)
-    """First-stage count (None: by query length, 256-1,024; more: higher recall on large stores, slower)."""
+    """First-stage count (None: by query length; more: higher recall on large stores, slower)."""
+    under: str | list[str] | None = None
+    """Search only the documents of these folders (or files), matched by path as ``delete`` matches a folder."""
+    search_type: str = "similarity"
+    """``"similarity"``, or ``"similarity_score_threshold"`` with ``score_threshold`` (LangChain's names)."""
+    score_threshold: float | None = None
+    """Drop hits scoring below this raw MaxSim score (no fixed scale: it grows with the query's length)."""
+    min_score_ratio: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Drop hits scoring below this share of the top hit's score (carries from query to query)."""
     persist_dir: str | None = None
     """Store directory to open read-only when no ``index`` is given."""
     model: str | None = None
@@ -98,6 +107,7 @@ class DocPCRetriever(BaseRetriever):
         check_known(data, [*type(self).model_fields, "search_kwargs", "encoder", "encoder_kwargs"], "DocPCRetriever")
         # LangChain's as_retriever(search_kwargs={"k": ..., "filter": ...}) spelling, checked like the fields
         data.update(merge_search_kwargs(data, search_kwargs, _OPTION_FIELDS, _SEARCH_ALIASES))
+        check_search_type(data.get("search_type", "similarity"), data.get("score_threshold"))
         super().__init__(**data)
         if index is not None:
             if not isinstance(index, DocPCIndex):
@@ -178,17 +188,6 @@ class DocPCRetriever(BaseRetriever):
     ) -> list[Document]:
         """The sync search in a worker thread, so the event loop keeps running while the query encodes."""
         return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(), **kwargs)
-
-    def close(self) -> None:
-        """Close the index when this retriever opened it (from_pdfs, from_persist_dir, persist_dir=...)."""
-        if self._owns_index:
-            self._index.close()
-
-    def __enter__(self) -> DocPCRetriever:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _document(hit: Hit) -> Document:

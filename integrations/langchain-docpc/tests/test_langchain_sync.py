@@ -64,3 +64,44 @@ def test_search_kwargs_and_unknown_options(tmp_path: Path, tiny_encoder: ColPali
 
     with pytest.raises(InvalidFilterError, match=r"\$gtee"):
         DocPCRetriever(persist_dir=store, encoder=tiny_encoder, filter={"total_pages": {"$gtee": 1}})
+
+
+def test_the_retriever_adds_and_deletes_and_the_index_hands_out_retrievers(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    """add_pdfs / delete on the retriever, under= per call, thresholds, and DocPCIndex.as_retriever("langchain")."""
+    docs = generated_pdfs(tmp_path / "docs", 3)
+    more = generated_pdfs(tmp_path / "more", 2, label="more ")
+    with DocPCRetriever.from_pdfs([docs], encoder=tiny_encoder, k=10) as retriever:
+        report = retriever.add_pdfs(more, metadata={"batch": "second"})
+        assert len(report.indexed) == 2 and len(retriever.index) == 5
+        assert {Path(d.metadata["source"]).parent for d in retriever.invoke("report", under=str(more))} == {more}
+        assert all(d.metadata["batch"] == "second" for d in retriever.invoke("report", filter={"batch": "second"}))
+        everything = retriever.invoke("report")
+        top = everything[0].metadata["score"]
+        kept = retriever.invoke("report", min_score_ratio=0.999999)
+        assert kept and all(d.metadata["score"] >= 0.999999 * top for d in kept) and len(kept) <= len(everything)
+        assert retriever.invoke("report", score_threshold=top + 1.0) == []
+        assert retriever.delete(str(more / "generated-0.pdf")) == 1 and len(retriever.index) == 4
+        other = retriever.index.as_retriever("langchain", k=2, search_kwargs={"score_threshold": -1e9})
+        assert isinstance(other, DocPCRetriever) and len(other.invoke("report")) == 2
+        thresholded = DocPCRetriever(index=retriever.index, search_type="similarity_score_threshold",
+                                     search_kwargs={"score_threshold": top + 1.0})
+        assert thresholded.invoke("report") == []
+
+
+def test_mmr_and_a_threshold_search_without_a_threshold_are_refused_with_the_reason(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    import pytest
+
+    docs = generated_pdfs(tmp_path / "docs", 1)
+    with DocPCRetriever.from_pdfs([docs], encoder=tiny_encoder) as retriever:
+        with pytest.raises(ValueError, match="search_type='mmr' is not offered: .* min_score_ratio"):
+            DocPCRetriever(index=retriever.index, search_type="mmr")
+        with pytest.raises(ValueError, match="needs score_threshold"):
+            DocPCRetriever(index=retriever.index, search_type="similarity_score_threshold")
+        with pytest.raises(ValueError, match="min_score_ratio"):
+            DocPCRetriever(index=retriever.index, min_score_ratio=2)
+        with pytest.raises(ValueError, match="framework must be 'langchain' or 'llamaindex'"):
+            retriever.index.as_retriever("haystack")

@@ -55,3 +55,24 @@ def test_unknown_options_are_refused_with_the_known_ones(tmp_path: Path, tiny_en
     with DocPCIndex.from_pdfs([docs], tmp_path / "store", encoder=tiny_encoder, workers=0) as index:
         with pytest.raises(TypeError, match="unknown option 'top_k'; known options: .*similarity_top_k"):
             DocPCRetriever(index, top_k=2)
+
+
+def test_the_retriever_adds_and_deletes_and_the_index_hands_out_retrievers(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    """add_pdfs / delete on the retriever, under= and a relative threshold, and DocPCIndex.as_retriever("llamaindex")."""
+    from docpc_retrievers.testing.support import generated_pdfs
+    from llama_index.retrievers.docpc import DocPCRetriever
+
+    docs = generated_pdfs(tmp_path / "docs", 3)
+    more = generated_pdfs(tmp_path / "more", 2, label="more ")
+    with DocPCRetriever.from_pdfs([docs], encoder=tiny_encoder, similarity_top_k=10) as retriever:
+        assert len(retriever.add_pdfs(more).indexed) == 2
+        retriever.under = str(more)
+        assert {Path(n.node.metadata["source"]).parent for n in retriever.retrieve("report")} == {more}
+        retriever.under, retriever.min_score_ratio = None, 0.999999
+        top = retriever.retrieve("report")
+        assert top and all(n.score >= 0.999999 * top[0].score for n in top)
+        assert retriever.delete([str(more)]) == 2 and len(retriever.index) == 3
+        other = retriever.index.as_retriever("llamaindex", similarity_top_k=1)
+        assert isinstance(other, DocPCRetriever) and len(other.retrieve("report")) == 1

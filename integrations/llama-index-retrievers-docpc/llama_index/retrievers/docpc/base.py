@@ -15,7 +15,8 @@ from typing import Any
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, ReturnImages, build_index
-from docpc_retrievers.adapters import check_known, open_index, retrieve, save_options, saved_options, split_build_options
+from docpc_retrievers.adapters import StoreEditing, check_known, open_index, retrieve, save_options, saved_options
+from docpc_retrievers.adapters import split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -33,10 +34,11 @@ CONFIG_FILE = "docpc_retriever.json"
 
 _RENAMED = {"similarity_top_k": "top_k"}  # LlamaIndex's name for a core option
 _OPTION_ATTRS = ("similarity_top_k", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                 "return_images", "page_dpi", "image_format", "candidates")
+                 "return_images", "page_dpi", "image_format", "candidates", "under", "score_threshold",
+                 "min_score_ratio")
 
 
-class DocPCRetriever(BaseRetriever):
+class DocPCRetriever(StoreEditing, BaseRetriever):
     """Rank whole PDFs by visual late-interaction (MaxSim) over their composed page grids.
 
     Build one with :meth:`from_pdfs`, :meth:`from_persist_dir`, :meth:`from_defaults` or
@@ -51,7 +53,9 @@ class DocPCRetriever(BaseRetriever):
     (``"grid"``, ``"pages"``: one node per selected page with id
     ``<doc id>#page=<n>``, ``"evidence"``: the grid with the query's heat and
     outlined pages as a PNG, or None) and ``page_dpi``; ``candidates`` (documents the first stage keeps for exact
-    scoring; None: the store's own count; more: higher recall on large stores, slower). ``password`` opens
+    scoring; None: the store's own count; more: higher recall on large stores, slower); ``under`` (folders or files
+    whose documents alone are searched, as ``delete`` matches them); ``score_threshold`` (a raw MaxSim score, no
+    fixed scale) and ``min_score_ratio`` (a share of the top hit's score) drop weak hits. ``password`` opens
     encrypted sources; ``owns_index`` closes the index in :meth:`close`. Node
     metadata: the stored keys plus ``score``, ``rank``, ``evidence_pages`` and,
     after reranking, ``reranked`` and ``grid_score``.
@@ -178,18 +182,6 @@ class DocPCRetriever(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         """:meth:`_retrieve` in a worker thread, so the event loop keeps running while the query encodes."""
         return await asyncio.to_thread(self._retrieve, query_bundle)
-
-    # ---------------------------------------------------------------- lifetime
-    def close(self) -> None:
-        """Close the index when this retriever opened it (from_pdfs / from_persist_dir)."""
-        if self._owns_index:
-            self._index.close()
-
-    def __enter__(self) -> DocPCRetriever:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(path={str(self._index.path)!r}, similarity_top_k={self.similarity_top_k}, "

@@ -1,0 +1,56 @@
+"""Progress of long work on stderr: tqdm bars on a terminal, a plain line every few seconds elsewhere.
+
+Lines go to the ``docpc_retrievers.progress`` logger, which the command line prints as ``docpc: ...`` (a log
+file or CI output gets totals without ``-v``); Python callers see them only if they configure logging.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+__all__ = ["PROGRESS", "progress_bar"]
+
+PROGRESS = logging.getLogger("docpc_retrievers.progress")
+
+
+class _NullBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _LineBar:
+    """``desc: done of total`` as a log line at most every ``every`` seconds, and once at the end."""
+
+    def __init__(self, total: int, desc: str, every: float) -> None:
+        self.total, self.desc, self.every = total, desc, every
+        self.done, self._last = 0, time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if time.monotonic() - self._last >= self.every:
+            self._line()
+
+    def close(self) -> None:
+        if self.total:
+            self._line()
+
+    def _line(self) -> None:
+        self._last = time.monotonic()
+        PROGRESS.info("%s %d of %d", self.desc, self.done, self.total)
+
+
+def progress_bar(total: int, enabled: bool, desc: str, *, position: int = 0, every: float = 5.0) -> Any:
+    """A tqdm bar on a terminal, plain lines every ``every`` seconds elsewhere, nothing when not ``enabled``."""
+    if not enabled:
+        return _NullBar()
+    if not sys.stderr.isatty():
+        return _LineBar(total, desc, every)
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="pdf", file=sys.stderr, position=position)
