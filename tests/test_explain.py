@@ -210,3 +210,17 @@ def test_explanations_and_results_display_and_save(grid_index: DocPCIndex, tmp_p
     copied = dataclasses.replace(hit)
     with pytest.raises(ExplainUnavailableError, match="index.explain"):
         copied.explain()
+
+
+def test_a_crop_spans_the_page_width_so_no_line_is_cut_mid_word() -> None:
+    from docpc_retrievers.explain.contributions import TokenContribution
+    from docpc_retrievers.explain.pictures import hot_region
+
+    def term(box: tuple[int, int, int, int], value: float) -> TokenContribution:
+        return TokenContribution(index=0, text="t", value=value, included=True, patch=(0, 0), box=box, page=1)
+
+    hot = [term((200, 400, 228, 428), 1.0), term((228, 400, 256, 428), 0.8), term((20, 900, 48, 928), 0.1)]
+    region = hot_region(hot, 1, (0, 0, 512, 1024))
+    assert region[0] == 0.0 and region[2] == 1.0  # whole lines
+    assert region[1] == pytest.approx((400 - 28) / 1024) and region[3] == pytest.approx((428 + 28) / 1024)
+    assert hot_region([], 1, (0, 0, 512, 1024)) == (0.0, 0.0, 1.0, 1.0)

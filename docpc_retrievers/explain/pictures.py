@@ -73,21 +73,20 @@ def hot_region(contributions: Sequence[TokenContribution], page: int, frame: Box
     """The part of a page its hottest patches cover, as fractions ``(x0, y0, x1, y1)`` of ``frame`` (the page's pixels).
 
     Patches holding at least ``keep`` of the page's hottest patch's heat are
-    boxed together, widened by one patch each side; no heat gives the whole page.
+    boxed together, one patch taller above and below, and as wide as the page:
+    a crop cut at the box's sides would cut the lines of text mid-word. No heat
+    gives the whole page.
     """
     heat = {b: v for b, v in patch_heat(c for c in contributions if c.page == page).items()}
     if not heat:
         return (0.0, 0.0, 1.0, 1.0)
     top = max(heat.values())
     boxes = [b for b, v in heat.items() if v >= keep * top]
-    pw = max(b[2] - b[0] for b in boxes)
     ph = max(b[3] - b[1] for b in boxes)
-    x0, y0 = min(b[0] for b in boxes) - pw, min(b[1] for b in boxes) - ph
-    x1, y1 = max(b[2] for b in boxes) + pw, max(b[3] for b in boxes) + ph
-    fx0, fy0, fx1, fy1 = frame
-    w, h = max(fx1 - fx0, 1), max(fy1 - fy0, 1)
-    clamp = lambda v: min(1.0, max(0.0, v))  # noqa: E731
-    return (clamp((x0 - fx0) / w), clamp((y0 - fy0) / h), clamp((x1 - fx0) / w), clamp((y1 - fy0) / h))
+    y0, y1 = min(b[1] for b in boxes) - ph, max(b[3] for b in boxes) + ph
+    _, fy0, _, fy1 = frame
+    h = max(fy1 - fy0, 1)
+    return (0.0, min(1.0, max(0.0, (y0 - fy0) / h)), 1.0, min(1.0, max(0.0, (y1 - fy0) / h)))
 
 
 def crop_fraction(image: Image.Image, region: tuple[float, float, float, float]) -> Image.Image:
