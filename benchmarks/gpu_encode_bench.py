@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def render(corpus: Path, out: Path) -> None:
@@ -53,7 +54,9 @@ def render(corpus: Path, out: Path) -> None:
     print(f"{len(manifest)} documents, {pages} pages ({pages / len(manifest):.2f} per document) -> {out}")
 
 
-def encode(folder: Path, batch_size: int, visual_tokens: int, repeats: int) -> None:
+def encode(folder: Path, batch_size: int, visual_tokens: int, repeats: int, device: str, architecture: str) -> None:
+    """Grids and pages encoded, documents/s; then, side by side on the grids, the forward pass alone against
+    ``encode_images`` with each batch prepared in series and prepared ahead (the device's busy share)."""
     import torch
     from PIL import Image
 
@@ -68,43 +71,67 @@ def encode(folder: Path, batch_size: int, visual_tokens: int, repeats: int) -> N
 
     grids = [load(e["grid"]) for e in manifest]
     pages = [load(p) for e in manifest for p in e["pages"]]
-    ckpt = build_tiny_colqwen2(Path("/tmp/colqwen2-2b-random"), seed=0, architecture="qwen2-vl-2b")
-    enc = ColPaliEncoder(ckpt, device="cuda", dtype="bfloat16", batch_size=batch_size, max_num_visual_tokens=visual_tokens)
+    ckpt = build_tiny_colqwen2(Path(f"/tmp/colqwen2-{architecture}-random"), seed=0, architecture=architecture)
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    encoders = {ahead: ColPaliEncoder(ckpt, device=device, dtype=dtype, batch_size=batch_size,
+                                      max_num_visual_tokens=visual_tokens, prefetch=ahead) for ahead in (False, True)}
+    enc = encoders[device != "cpu"]  # the default
     enc.encode_images(grids[:batch_size])  # warm-up (kernels, allocator)
     enc.encode_images(pages[:batch_size])
 
-    def timed(images: list[Image.Image]) -> tuple[float, float]:
-        runs = []
-        vectors = 0
-        for _ in range(repeats):
+    def sync() -> None:
+        if device.startswith("cuda"):
             torch.cuda.synchronize()
-            start = time.perf_counter()
-            out = enc.encode_images(images)
-            torch.cuda.synchronize()
-            runs.append(time.perf_counter() - start)
-            vectors = sum(len(o) for o in out)
-        return statistics.median(runs), vectors / len(images)
 
-    grid_s, grid_vectors = timed(grids)
-    page_s, page_vectors = timed(pages)
+    def timed(run: Any, images: list[Image.Image]) -> float:
+        runs = []
+        for _ in range(repeats):
+            sync()
+            start = time.perf_counter()
+            run(images)
+            sync()
+            runs.append(time.perf_counter() - start)
+        return statistics.median(runs)
+
+    def forward_alone(images: list[Image.Image]) -> None:
+        for prepared in inputs:
+            with torch.inference_mode():
+                enc.model(**prepared)
+
+    order = sorted(grids, key=lambda im: im.size[0] * im.size[1])  # as encode_images batches them
+    inputs = []
+    for start in range(0, len(order), batch_size):
+        batch = enc.processor.process_images(order[start : start + batch_size])
+        inputs.append({k: (v.to(device, dtype=enc.dtype) if v.is_floating_point() else v.to(device))
+                       if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+    grid_s = timed(enc.encode_images, grids)
+    page_s = timed(enc.encode_images, pages)
+    alone_s = timed(forward_alone, grids)
+    series_s = timed(encoders[False].encode_images, grids)
+    ahead_s = timed(encoders[True].encode_images, grids)
     n = len(manifest)
     result = {
-        "gpu": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else f"cpu, {torch.get_num_threads()} threads",
+        "architecture": architecture,
         "documents": n,
         "pages_per_document": len(pages) / n,
         "max_num_visual_tokens": visual_tokens,
         "batch_size": batch_size,
         "grid_docs_per_s": n / grid_s,
         "page_docs_per_s": n / page_s,
-        "grid_images_per_s": n / grid_s,
-        "page_images_per_s": len(pages) / page_s,
-        "vectors_per_grid": grid_vectors,
-        "vectors_per_page": page_vectors,
         "speed_up": page_s / grid_s,
+        "forward_alone_images_per_s": n / alone_s,
+        "in_series_images_per_s": n / series_s,
+        "prepared_ahead_images_per_s": n / ahead_s,
+        "busy_share_in_series": alone_s / series_s,
+        "busy_share_prepared_ahead": alone_s / ahead_s,
     }
     print(json.dumps(result, indent=2))
-    print(f"{result['gpu']}: grid {result['grid_docs_per_s']:.1f} docs/s, page {result['page_docs_per_s']:.2f} docs/s "
-          f"({result['speed_up']:.2f}x at {result['pages_per_document']:.2f} pages per document)")
+    print(f"{result['device']}: grid {result['grid_docs_per_s']:.1f} docs/s, page {result['page_docs_per_s']:.2f} docs/s "
+          f"({result['speed_up']:.2f}x at {result['pages_per_document']:.2f} pages per document); grids: forward alone "
+          f"{result['forward_alone_images_per_s']:.1f}/s, in series {result['in_series_images_per_s']:.1f}/s "
+          f"({result['busy_share_in_series']:.2f} busy), prepared ahead {result['prepared_ahead_images_per_s']:.1f}/s "
+          f"({result['busy_share_prepared_ahead']:.2f} busy)")
 
 
 def main() -> None:
@@ -118,12 +145,15 @@ def main() -> None:
     e.add_argument("--batch-size", type=int, default=8)
     e.add_argument("--visual-tokens", type=int, default=768, help="ColQwen2's default budget")
     e.add_argument("--repeats", type=int, default=3)
+    e.add_argument("--device", default="cuda", help="cuda, or cpu for a check of the plumbing")
+    e.add_argument("--architecture", default="qwen2-vl-2b", choices=("qwen2-vl-2b", "tiny"),
+                   help="ColQwen2's real architecture at random weights, or the tests' tiny one")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.step == "render":
         render(args.corpus, args.out)
     else:
-        encode(args.folder, args.batch_size, args.visual_tokens, args.repeats)
+        encode(args.folder, args.batch_size, args.visual_tokens, args.repeats, args.device, args.architecture)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,40 @@ def test_batched_equals_one_by_one(tiny_encoder: ColPaliEncoder, mixed_images: l
     assert not np.allclose(single[0][-5:], single[3][-5:], atol=1e-3)
 
 
+def test_preparing_the_next_batch_ahead_changes_no_vector(
+    tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder, mixed_images: list[Image.Image]
+) -> None:
+    """Batch n+1 prepared on a helper thread while batch n runs: the same vectors in the same order, queries too;
+    off by default on CPU (the processor and the model would share its cores), on elsewhere."""
+    ahead = ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32", prefetch=True)
+    assert ahead.prefetch and not tiny_encoder.prefetch
+    together = ahead.encode_images(mixed_images, batch_size=2)
+    for a, b in zip(together, tiny_encoder.encode_images(mixed_images, batch_size=2), strict=True):
+        assert np.array_equal(a, b)
+    queries = ["a first query", "another", "a third one", "four"]
+    for a, b in zip(ahead.encode_queries(queries, batch_size=1), tiny_encoder.encode_queries(queries, batch_size=1),
+                    strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_a_failing_batch_stops_the_preparation_ahead() -> None:
+    from docpc_retrievers.encoders.colpali import _prepared
+
+    seen: list[int] = []
+
+    def process(batch: list[int]) -> dict:
+        seen.append(batch[0])
+        return {"n": batch[0]}
+
+    batches = [[i] for i in range(6)]
+    assert [b["n"] for b in _prepared(batches, process, True, False)] == list(range(6))
+    seen.clear()
+    for b in _prepared(batches, process, True, False):
+        if b["n"] == 1:
+            break
+    assert seen[:2] == [0, 1] and len(seen) <= 3  # at most the one batch ahead was prepared after the stop
+
+
 def test_encoding_is_deterministic(tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder) -> None:
     image = _noise_image((320, 240), seed=42)
     first = tiny_encoder.encode_images([image])[0]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -121,6 +122,7 @@ class ColPaliEncoder:
         max_num_visual_tokens: int | None = None,
         mask_non_image_embeddings: bool = False,
         local_files_only: bool | None = None,
+        prefetch: bool | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -145,6 +147,9 @@ class ColPaliEncoder:
         self.dtype: torch.dtype = pick_dtype(dtype, self.device)
         self.batch_size: int = batch_size
         self.mask_non_image_embeddings: bool = mask_non_image_embeddings
+        # Batch n+1 prepared (resized, normalised, tokenised; pinned on CUDA) while batch n runs: the device does not
+        # wait for the processor. Off on CPU unless asked: there both share the same cores.
+        self.prefetch: bool = self.device != "cpu" if prefetch is None else bool(prefetch)
         self._family = fam
         self._checkpoint = ckpt
         self._identity: ModelIdentity | None = None
@@ -366,14 +371,14 @@ class ColPaliEncoder:
         size = self.batch_size if batch_size is None else batch_size
         if size < 1:
             raise ValueError(f"batch_size must be >= 1, got {size}")
+        pin = self.prefetch and self.device.startswith("cuda")
         out: list[_R] = []
-        for start in range(0, len(items), size):
-            batch = process(items[start : start + size])
+        for batch in _prepared([items[s : s + size] for s in range(0, len(items), size)], process, self.prefetch, pin):
             inputs = {
                 key: (
-                    value.to(self.device, dtype=self.dtype)
+                    value.to(self.device, dtype=self.dtype, non_blocking=pin)
                     if value.is_floating_point()
-                    else value.to(self.device)
+                    else value.to(self.device, non_blocking=pin)
                 )
                 if isinstance(value, torch.Tensor)
                 else value
@@ -432,3 +437,30 @@ def _finite_or_raise(embeddings: np.ndarray, model_id: str) -> np.ndarray:
 def load_encoder(model: str | Path = DEFAULT_MODEL, **kwargs: Any) -> Encoder:
     """Build the encoder for ``model`` (currently always a :class:`ColPaliEncoder`)."""
     return ColPaliEncoder(model, **kwargs)
+
+
+def _prepared(batches: list[list[_T]], process: Callable[[list[_T]], Any], ahead: bool, pin: bool) -> Iterator[Any]:
+    """``process(batch)`` for each batch in order; with ``ahead``, the next one is prepared on a helper thread while
+    the caller runs the current one (tensors pinned when ``pin``, for asynchronous copies to the device)."""
+
+    def prepare(batch: list[_T]) -> Any:
+        prepared = process(batch)
+        if pin:
+            for key, value in prepared.items():
+                if hasattr(value, "pin_memory"):
+                    prepared[key] = value.pin_memory()
+        return prepared
+
+    if not ahead or len(batches) < 2:
+        yield from map(prepare, batches)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docpc-prepare") as helper:
+        pending = helper.submit(prepare, batches[0])
+        try:
+            for following in [*batches[1:], None]:
+                ready = pending.result()
+                if following is not None:
+                    pending = helper.submit(prepare, following)
+                yield ready
+        finally:
+            pending.cancel()
