@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from PIL import Image
 
@@ -31,7 +31,7 @@ from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
-from docpc_retrievers.results import Hit, IndexReport, SearchResult
+from docpc_retrievers.results import Hit, SearchResult
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
 from docpc_retrievers.store.layout import StoreLayout
 
@@ -392,52 +392,6 @@ def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> lis
         except DocumentNotFoundError:  # deleted by another writer after the search: search again
             logger.debug("a hit was deleted while its image was read; searching again")
     return [h for r in results if (h := _live_hit(index, r, texts.get(r.id, ""), options)) is not None]
-
-
-SEARCH_TYPES = ("similarity", "similarity_score_threshold")
-"""LangChain's search types the retrievers take: plain similarity, and similarity above ``score_threshold``."""
-_NO_MMR = (
-    "search_type='mmr' is not offered: maximal marginal relevance trades a hit's relevance against its similarity "
-    "to hits already taken, on one scale. DocPC's relevance is MaxSim, a sum over the query's tokens with no fixed "
-    "scale, and two documents have no MaxSim between them on that scale (it is asymmetric and grows with their "
-    "vector counts). Use min_score_ratio to drop weak hits, or under=/filter= to draw hits from chosen folders"
-)
-
-
-def check_search_type(search_type: str, score_threshold: float | None) -> None:
-    """A LangChain ``search_type`` this retriever honours, or ValueError saying why not (MMR: see ``_NO_MMR``)."""
-    if search_type == "mmr":
-        raise ValueError(_NO_MMR)
-    if search_type not in SEARCH_TYPES:
-        raise ValueError(f"search_type must be one of {', '.join(SEARCH_TYPES)}, got {search_type!r}")
-    if search_type == "similarity_score_threshold" and score_threshold is None:
-        raise ValueError("search_type='similarity_score_threshold' needs score_threshold (in search_kwargs)")
-
-
-class StoreEditing:
-    """What both framework retrievers do with their store: add and delete documents, close what they opened.
-    The retriever provides ``index`` and ``_owns_index``."""
-
-    def add_pdfs(self, paths: PathLike | Iterable[PathLike], *, metadata: UserMetadata = None,
-                 **options: Any) -> IndexReport:
-        """Index more PDF files and folders into this retriever's store (``metadata`` and ``options`` as
-        :meth:`docpc_retrievers.DocPCIndex.add_pdfs`); a read-only store refuses with StoreError."""
-        return self.index.add_pdfs(path_list(paths), metadata=metadata, **options)  # type: ignore[attr-defined]
-
-    def delete(self, ids_or_paths: PathLike | Iterable[PathLike]) -> int:
-        """Delete documents by id, source path or folder; returns how many were deleted."""
-        return self.index.delete(path_list(ids_or_paths))  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        """Close the index when this retriever opened it (from_pdfs, from_persist_dir, persist_dir=...)."""
-        if self._owns_index:  # type: ignore[attr-defined]
-            self.index.close()  # type: ignore[attr-defined]
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def above_thresholds(results: list[SearchResult], options: RetrieverOptions) -> list[SearchResult]:

@@ -228,14 +228,17 @@ def test_the_pool_renders_ahead_while_its_caller_is_busy(tmp_path: Path) -> None
         results = pool.imap([quick, *slow], lambda p: (p, document_id(p)))
         first = next(results)
         assert first[1] is not None and first[1].doc is not None
-        time.sleep(4.0)  # the caller is busy (encoding) while the worker renders the three slow ones
+        busy = 4.0
+        time.sleep(busy)  # the caller is busy (encoding) while the worker renders the three slow ones
         t0 = time.perf_counter()
         rest = list(results)
         waited = time.perf_counter() - t0
     rendering = sum(r.seconds for _, r in rest if r is not None)
     assert [p for p, _ in rest] == slow and all(r is not None and r.doc is not None for _, r in rest)
     assert rendering > 0.9  # they really were slow to render...
-    assert waited < 0.5 * rendering  # ...but were rendered while the caller was busy, not when it asked
+    # ...but were rendered while the caller was busy, not when it asked: the caller waits at most for what was left
+    # of them after its busy time (on a loaded machine rendering may outlast it), never for all of them
+    assert waited < max(rendering - 0.5 * busy, 0.5 * rendering), (waited, rendering)
 
 
 def test_render_workers_make_the_grid_previews(tmp_path: Path) -> None:

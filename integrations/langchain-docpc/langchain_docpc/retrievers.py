@@ -13,7 +13,8 @@ from typing import Any
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, ImageFormat, PathLike, RetrieverOptions, ReturnImages
-from docpc_retrievers.adapters import StoreEditing, b64_png, check_known, check_search_type, merge_search_kwargs
+from docpc_retrievers.adapters import b64_png, check_known, merge_search_kwargs
+from docpc_retrievers.retriever_parts import StoreEditing, check_search_type
 from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate
 from docpc_retrievers.encoders import Encoder

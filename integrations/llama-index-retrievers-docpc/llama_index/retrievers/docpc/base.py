@@ -15,8 +15,9 @@ from typing import Any
 
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, ReturnImages, build_index
-from docpc_retrievers.adapters import StoreEditing, check_known, open_index, retrieve, save_options, saved_options
+from docpc_retrievers.adapters import check_known, open_index, retrieve, save_options, saved_options
 from docpc_retrievers.adapters import split_build_options
+from docpc_retrievers.retriever_parts import StoreEditing
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.encoders import Encoder
 from llama_index.core.base.base_retriever import BaseRetriever
