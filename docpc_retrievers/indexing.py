@@ -167,7 +167,7 @@ class Indexer:
                     rendered_bar.update(1)
                 self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=True)
                 committer.wait()
-                self._prune(roots, report, delete=prune)
+                self._sources_gone(roots, report, delete=prune)
             finally:
                 renderer.close()
                 committer.close()
@@ -178,7 +178,7 @@ class Indexer:
         logger.info("%s (%d files)", report.summary(), len(files))
         return report
 
-    def _prune(self, roots: Sequence[Path], report: IndexReport, *, delete: bool) -> None:
+    def _sources_gone(self, roots: Sequence[Path], report: IndexReport, *, delete: bool) -> None:
         """The documents whose source lies under ``roots`` and no longer exists (not touched by this run): deleted,
         or (``delete`` False) listed in ``report.missing`` for the hint."""
         if not roots:

@@ -17,9 +17,9 @@ from docpc_retrievers.encoders.families import DEFAULT_MODEL
 from docpc_retrievers.encoders.identity import ModelIdentity
 from docpc_retrievers.encoders.protocol import Encoder
 from docpc_retrievers.errors import ModelLoadError
+from docpc_retrievers.progress import PROGRESS
 
 logger = logging.getLogger(__name__)
-PROGRESS = logging.getLogger("docpc_retrievers.progress")
 
 __all__ = ["EncoderLoader"]
 
