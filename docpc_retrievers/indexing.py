@@ -50,7 +50,7 @@ from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.encoders.pooling import pool_vectors
-from docpc_retrievers.progress import progress_bar
+from docpc_retrievers.progress import bars_drawn, progress_bar
 
 __all__ = ["Indexer", "encode_with_tokens"]
 
@@ -155,7 +155,7 @@ class Indexer:
         # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
         # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
         pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
-        with indexing_threads():  # BLAS (and torch, on 2 cores) on one thread: see blas_threads.py
+        with indexing_threads(), bars_drawn(progress):  # BLAS (and torch, on 2 cores) on one thread: blas_threads.py
             try:
                 for path, rendered in renderer.imap(files, self._plan):
                     outcome = self._take_one(job, path, rendered, seen_ids, report, pending, user.get(path))

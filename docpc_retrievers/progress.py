@@ -6,12 +6,14 @@ file or CI output gets totals without ``-v``); Python callers see them only if t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["PROGRESS", "progress_bar"]
+__all__ = ["PROGRESS", "bars_drawn", "progress_bar"]
 
 PROGRESS = logging.getLogger("docpc_retrievers.progress")
 
@@ -54,3 +56,19 @@ def progress_bar(total: int, enabled: bool, desc: str, *, position: int = 0, eve
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="pdf", file=sys.stderr, position=position)
+
+
+@contextlib.contextmanager
+def bars_drawn(enabled: bool) -> Iterator[None]:
+    """While tqdm bars are on the terminal, log lines go through ``tqdm.write``.
+
+    Why: a warning written straight to stderr lands over the bars, which tqdm then redraws below it, so each
+    bar's earlier state stays on screen above (a failed PDF left "committed 0%" over "committed 100%").
+    """
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with logging_redirect_tqdm(loggers=[logging.getLogger(), PROGRESS]):
+        yield
