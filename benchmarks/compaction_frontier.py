@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import real_vectors  # noqa: E402
+import real_vectors
 
-from docpc_retrievers.encoders.pooling import pool_vectors  # noqa: E402
-from docpc_retrievers.store.codec import dequantize, quantize  # noqa: E402
-from docpc_retrievers.store.search.centroids import document_centroids  # noqa: E402
+from docpc_retrievers.encoders.pooling import pool_vectors
+from docpc_retrievers.store.codec import dequantize, quantize
+from docpc_retrievers.store.search.centroids import document_centroids
 
 log = logging.getLogger("compaction_frontier")
 DIM = 128
