@@ -28,21 +28,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
-from docpc_retrievers.documents.discovery import (
-    check_roots,
-    discover_pdfs,
-    document_id,
-    under_roots,
-)
+from docpc_retrievers.documents.discovery import check_roots, discover_pdfs, document_id, under_roots
 from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
-from docpc_retrievers.documents.user_metadata import (
-    UserMetadata,
-    edited_metadata,
-    resolve_user_metadata,
-    user_part,
-)
+from docpc_retrievers.documents.user_metadata import UserMetadata, edited_metadata, resolve_user_metadata, user_part
 from docpc_retrievers.documents.workers import (
     DEFAULT_RENDER_TIMEOUT,
     DEFAULT_WORKER_MEMORY,
@@ -54,13 +43,14 @@ from docpc_retrievers.documents.workers import (
     render_document,
 )
 from docpc_retrievers.encoders import Encoder
-from docpc_retrievers.encoders.pooling import pool_vectors
 from docpc_retrievers.errors import PDFLoadError
-from docpc_retrievers.grid_previews import GridImageStore
-from docpc_retrievers.progress import bars_drawn, progress_bar
 from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
+from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.blas_threads import indexing_threads
+from docpc_retrievers.encoders.pooling import pool_vectors
+from docpc_retrievers.progress import bars_drawn, progress_bar
 
 __all__ = ["Indexer", "encode_with_tokens"]
 
