@@ -12,9 +12,13 @@ the truth: the exact float32 MaxSim over the unpooled vectors. Per query set:
 Codes (bytes per kept vector; a pooled vector also keeps a 2-byte anchor):
 
 * ``float32`` (512), ``int8`` with one float16 scale per vector (130, the
-  store's format), ``int4`` with one scale (66);
+  store's format), ``int6``, ``int5`` and ``int4`` with one scale (98, 82, 66);
 * ``int4-centred``: the store-wide mean vector subtracted first (66; the mean
   kept once per store);
+* ``int4-clipped``: the step set by the vector's RMS (2.5 RMS kept, the rest
+  clipped) instead of its largest value (66);
+* ``int4-levels``: 16 store-wide levels fitted to the values over their
+  vector's RMS (Lloyd-Max), stored as int8 so int8 products score them (66);
 * ``residual-K-b``: PLAID's scheme, the nearest of K store-wide k-means
   centroids (2 bytes) plus ``b`` bits per dimension for the residual, buckets
   at quantiles of the residual values (K x 128 float16 kept once per store);
@@ -112,11 +116,48 @@ def recall_ndcg(truth: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 # --- codes -------------------------------------------------------------------------------------------------------
 
 
+def int_bits(x: np.ndarray, bits: int) -> np.ndarray:
+    """``bits`` per dimension (symmetric, -(2^(bits-1)-1)..2^(bits-1)-1) times one scale per vector, decoded."""
+    top = 2 ** (bits - 1) - 1
+    peak = np.abs(x).max(axis=1, keepdims=True)
+    scale = np.where(peak > 0, peak / top, 1.0).astype(np.float16).astype(np.float32)
+    return np.clip(np.rint(x / scale), -top, top) * scale
+
+
 def int4(x: np.ndarray) -> np.ndarray:
     """4 bits per dimension (-7..7) times one scale per vector, decoded."""
-    peak = np.abs(x).max(axis=1, keepdims=True)
-    scale = np.where(peak > 0, peak / 7.0, 1.0).astype(np.float16).astype(np.float32)
+    return int_bits(x, 4)
+
+
+def int4_clipped(x: np.ndarray, k: float = 2.5) -> np.ndarray:
+    """4 bits per dimension (-7..7), the step set by the vector's RMS (values beyond ``k`` RMS clipped)."""
+    rms = np.sqrt(np.mean(np.square(x), axis=1, keepdims=True))
+    scale = np.where(rms > 0, k * rms / 7.0, 1.0).astype(np.float16).astype(np.float32)
     return np.clip(np.rint(x / scale), -7, 7) * scale
+
+
+def lloyd_levels(sample: np.ndarray, n: int = 16, iterations: int = 30) -> np.ndarray:
+    """The ``n`` levels minimising squared error over ``sample`` (Lloyd-Max: one-dimensional k-means)."""
+    levels = np.quantile(sample, (np.arange(n) + 0.5) / n)
+    for _ in range(iterations):
+        cut = (levels[1:] + levels[:-1]) / 2
+        idx = np.searchsorted(cut, sample)
+        sums = np.bincount(idx, weights=sample, minlength=n)
+        counts = np.bincount(idx, minlength=n)
+        levels = np.where(counts > 0, sums / np.maximum(counts, 1), levels)
+    return np.sort(levels)
+
+
+def int4_levels(x: np.ndarray) -> np.ndarray:
+    """4 bits per dimension: 16 store-wide levels (Lloyd-Max over values divided by their vector's RMS), kept as
+    int8 (scaled so the widest is 127) times one scale per vector, so int8 products still score them."""
+    rms = np.sqrt(np.mean(np.square(x), axis=1, keepdims=True)).astype(np.float32)
+    u = x / np.maximum(rms, 1e-12)
+    levels = lloyd_levels(u[::97].ravel())
+    as_int8 = np.rint(levels / np.abs(levels).max() * 127)
+    scale = (rms * np.abs(levels).max() / 127).astype(np.float16).astype(np.float32)
+    idx = np.searchsorted((levels[1:] + levels[:-1]) / 2, u)
+    return as_int8[idx] * scale
 
 
 def binary(x: np.ndarray) -> np.ndarray:
@@ -244,8 +285,20 @@ def main() -> None:
         spans[name] = slice(at, at + len(queries[name]))
         at += len(queries[name])
 
-    def ranked(scores: np.ndarray) -> dict[str, np.ndarray]:
-        return {s: top10(scores[spans[s.split("/")[0]]], mask) for s, mask in sets.items()}
+    def ranked(scores: np.ndarray, fine: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Each set's top 10 by ``scores``; given ``fine``, the top 100 by ``scores`` re-ranked by ``fine``."""
+        out = {}
+        for s, mask in sets.items():
+            rows = spans[s.split("/")[0]]
+            if fine is None:
+                out[s] = top10(scores[rows], mask)
+                continue
+            coarse = scores[rows] if mask is None else np.where(mask[None, :], scores[rows], -np.inf)
+            short = np.argpartition(-coarse, 100, axis=1)[:, :100]
+            rescored = np.full_like(coarse, -np.inf)
+            np.put_along_axis(rescored, short, np.take_along_axis(fine[rows], short, axis=1), axis=1)
+            out[s] = top10(rescored, mask)
+        return out
 
     lengths = np.array([len(d) for d in docs])
     flat = np.concatenate(docs)
@@ -273,8 +326,12 @@ def main() -> None:
         codes: dict[str, tuple[int, Callable[[], np.ndarray]]] = {
             "float32": (4 * DIM, lambda: x),
             "int8": (DIM + 2, lambda: dequantize(*quantize(x))),
+            "int6": (DIM * 6 // 8 + 2, lambda: int_bits(x, 6)),
+            "int5": (DIM * 5 // 8 + 2, lambda: int_bits(x, 5)),
             "int4": (DIM // 2 + 2, lambda: int4(x)),
             "int4-centred": (DIM // 2 + 2, lambda: int4(x - x.mean(0)) + x.mean(0)),
+            "int4-clipped": (DIM // 2 + 2, lambda: int4_clipped(x)),
+            "int4-levels": (DIM // 2 + 2, lambda: int4_levels(x)),
             "doc-residual-4": (DIM // 2 + 3, lambda: doc_residual(kept, args.workers)),
             "binary": (DIM // 8, lambda: binary(x)),
         }
@@ -297,16 +354,13 @@ def main() -> None:
             scores = truth_scores if factor == 1 and name == "float32" else maxsim(decode(), n, qlist)
             if name == "int8":
                 int8_scores.append(scores)
-            results = [(name, per_vector, scores)]
+            results: list[tuple[str, int, np.ndarray, np.ndarray | None]] = [(name, per_vector, scores, None)]
             if name == "binary" and int8_scores and (not wanted or "binary+int8" in wanted):
-                rescored = np.full_like(scores, -np.inf)
-                best = np.argpartition(-scores, 100, axis=1)[:, :100]
-                np.put_along_axis(rescored, best, np.take_along_axis(int8_scores[0], best, axis=1), axis=1)
-                results.append(("binary+int8", per_vector + DIM + 2, rescored))
-            for label, bpv, s in results:
+                results.append(("binary+int8", per_vector + DIM + 2, scores, int8_scores[0]))
+            for label, bpv, s, fine in results:
                 if wanted and label not in wanted:
                     continue
-                got = ranked(s)
+                got = ranked(s, fine)
                 per_set = {k: recall_ndcg(truth[k], got[k]) for k in sets}
                 kb = ((bpv + anchor) * n.mean() + per_store.get(label, 0) / len(docs)) / 1000
                 row = {"pool_factor": factor, "code": label, "bytes_per_vector": bpv + anchor,

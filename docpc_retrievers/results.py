@@ -144,6 +144,18 @@ class SearchResult:
             parts.append(f'<br><img src="data:{mime};base64,{base64.b64encode(data).decode()}" style="max-width:480px">')
         return "\n".join(parts) + "</div>"
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchResult:
+        """A result back from its :meth:`to_dict` form (a server's answer); only user keys in ``metadata``."""
+        return cls(
+            id=data["id"], score=float(data["score"]), rank=int(data["rank"]), source=data.get("source"),
+            title=data.get("title"), total_pages=data.get("pages"), selected_pages=list(data.get("selected_pages") or []),
+            metadata=dict(data.get("metadata") or {}),
+            evidence_pages=[EvidencePage(e["page"], e.get("share"), e.get("score"), e.get("label"))
+                            for e in data.get("evidence_pages") or []],
+            grid_score=data.get("grid_score"), reranked=bool(data.get("reranked")), rerank_error=data.get("rerank_error"),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The CLI's ``--json`` form."""
         return {

@@ -28,6 +28,7 @@ logger = logging.getLogger("docpc_retrievers.cli")
 COMMAND_MODULES: tuple[str, ...] = (
     "docpc_retrievers.cli.index",
     "docpc_retrievers.cli.search",
+    "docpc_retrievers.cli.serve",
     "docpc_retrievers.cli.show",
     "docpc_retrievers.cli.store",
     "docpc_retrievers.cli.meta",

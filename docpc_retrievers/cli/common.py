@@ -89,9 +89,9 @@ def grid_shape_arg(text: str) -> tuple[int, int]:
     return pair_arg(text, "ROWSxCOLS such as 2x2")
 
 
-def add_store_options(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+def add_store_options(p: argparse.ArgumentParser, *, model: bool = True, store_required: bool = True) -> None:
     """``--store`` and the Chroma server options (plus the model options when the command encodes)."""
-    p.add_argument("--store", required=True, type=Path, help="store directory")
+    p.add_argument("--store", required=store_required, type=Path, help="store directory")
     p.add_argument("--host", help="Chroma server host (the index lives on the server; --store is only a local cache)")
     p.add_argument("--port", type=int, default=8000, help="Chroma server port (default 8000)")
     p.add_argument("--collection", default="docpc", help="Chroma collection name (default docpc)")

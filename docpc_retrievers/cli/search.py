@@ -23,6 +23,7 @@ from docpc_retrievers.cli.common import (
 )
 from docpc_retrievers.config import AGGREGATES
 from docpc_retrievers.results import EvidencePage
+from docpc_retrievers.serve.client import SERVER_ENV
 
 __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
 
@@ -55,7 +56,12 @@ def register(sub: Any) -> None:
         help="read queries from FILE, one per line (- : standard input; blank lines are skipped); results are "
         "printed as each batch of up to 16 is answered (from standard input, as soon as a query arrives)",
     )
-    add_store_options(p)
+    add_store_options(p, store_required=False)
+    p.add_argument(
+        "--server", metavar="URL",
+        help="ask a running `docpc serve` at URL instead of loading the store and model here "
+        "(default: $DOCPC_SERVER; its token from $DOCPC_SERVE_TOKEN)",
+    )
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
     p.add_argument("--under", action="append", metavar="PATH",
@@ -152,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
     if any(not q.strip() for q in args.query):
         raise UsageError("the query is empty")
     many = len(args.query) > 1 or args.queries is not None  # the output format follows the arguments, not the count
+    server = args.server or os.environ.get(SERVER_ENV)
+    if server:
+        return _run_remote(args, server, where, many)
+    if args.store is None:
+        raise UsageError("give --store PATH (or --server URL to ask a running docpc serve)")
     stream = _open_queries(args.queries) if args.queries is not None else None
     try:
         with DocPCIndex(
@@ -191,14 +202,43 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None) -> None:
+def _run_remote(args: argparse.Namespace, server: str, where: dict[str, Any] | None, many: bool) -> int:
+    """``docpc search --server URL``: each query answered by the server; printed as a local search prints."""
+    from docpc_retrievers.results import SearchResult
+    from docpc_retrievers.serve.client import remote_search
+
+    local_only = [flag for flag, value in (("--model", args.model), ("--aggregate", args.aggregate),
+                                           ("--candidates", args.candidates), ("--password", args.password))
+                  if value is not None]
+    if local_only:
+        raise UsageError(f"{', '.join(local_only)} cannot be sent to a server (its own settings apply)")
+    stream = _open_queries(args.queries) if args.queries is not None else None
+    n = 0
+    try:
+        for batch in _query_batches(args, stream):
+            for query in batch:
+                n += 1
+                found = remote_search(server, query, args.top_k, filters=where, under=args.under, rerank=args.rerank)
+                results = found if args.json else [SearchResult.from_dict(d) for d in found]
+                _print(results, args.json, (n, query) if many else None, as_dicts=args.json)
+                sys.stdout.flush()
+    finally:
+        if stream is not None and stream is not sys.stdin:
+            stream.close()
+    if n == 0:
+        raise UsageError("--queries held no query (only blank lines)")
+    return EXIT_OK
+
+
+def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None, *, as_dicts: bool = False) -> None:
     """One query's results: a ranked block (headed by the query when there are several), or JSON."""
     if as_json:
+        dicts = results if as_dicts else [r.to_dict() for r in results]
         if numbered is None:
-            emit([r.to_dict() for r in results])
+            emit(dicts)
         else:  # JSON Lines: one object per query
             n, query = numbered
-            print(json.dumps({"n": n, "query": query, "results": [r.to_dict() for r in results]}, ensure_ascii=False))
+            print(json.dumps({"n": n, "query": query, "results": dicts}, ensure_ascii=False))
         return
     if numbered is not None:
         n, query = numbered

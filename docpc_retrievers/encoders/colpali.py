@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -153,6 +154,8 @@ class ColPaliEncoder:
         self._family = fam
         self._checkpoint = ckpt
         self._identity: ModelIdentity | None = None
+        # One forward pass at a time: threads sharing the encoder (a server's requests) would each take every core.
+        self._forward_lock = threading.Lock()
 
         started = time.perf_counter()
         self._model, self._processor = self._load(fam, ckpt)
@@ -384,7 +387,7 @@ class ColPaliEncoder:
                 else value
                 for key, value in batch.items()
             }
-            with torch.inference_mode():
+            with self._forward_lock, torch.inference_mode():
                 embeddings = self._model(**inputs)
             array = embeddings.to(dtype=torch.float32, device="cpu").numpy()
             out.extend(split(batch, array))

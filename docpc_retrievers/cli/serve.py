@@ -1,0 +1,58 @@
+"""``docpc serve``: keep a store and its model loaded and answer over MCP (stdio or HTTP) and an HTTP JSON API."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from docpc_retrievers.cli.common import (
+    EXIT_OK, UsageError, add_store_options, encoder_options, require_store, store_kwargs,
+)
+from docpc_retrievers.serve.client import TOKEN_ENV
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``serve``."""
+    p = sub.add_parser(
+        "serve", help="answer searches over MCP and HTTP with the store and model loaded once",
+        description="Serve a store to agents and programs: MCP tools (search, explain, list, info) over stdio or "
+        "streamable HTTP (/mcp), and a JSON API (/search, /explain, /documents, /info, /health) on the same port. "
+        "Indexing stays a separate command. Binds to loopback unless told otherwise; any other address needs a "
+        f"token (--token or ${TOKEN_ENV}), checked on every request.",
+    )
+    add_store_options(p, store_required=True)
+    p.add_argument("--transport", choices=("http", "stdio"), default="http",
+                   help="http (default): MCP at /mcp plus the JSON API; stdio: MCP on standard input and output")
+    p.add_argument("--bind", default="127.0.0.1:8765", metavar="HOST:PORT",
+                   help="where to listen (default 127.0.0.1:8765; port 0 picks a free one). --host and --port "
+                   "stay the Chroma server's, as in every docpc command")
+    p.add_argument("--token", help=f"bearer token every request must carry (default: ${TOKEN_ENV})")
+    p.add_argument("--image-side", type=int, default=1024, help="longest side of returned page images (pixels)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the store and model, then serve until stopped (SIGINT or SIGTERM)."""
+    from docpc_retrievers.serve.server import is_loopback, parse_bind, serve_http, serve_stdio
+
+    try:
+        host, port = parse_bind(args.bind)
+    except ValueError as exc:
+        raise UsageError(f"--bind {args.bind}: {exc} (give HOST:PORT)") from None
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.transport == "http" and not is_loopback(host) and not token:
+        raise UsageError(f"--bind {host} is reachable from other machines: give --token (or ${TOKEN_ENV})")
+    from docpc_retrievers.index import DocPCIndex
+    from docpc_retrievers.serve.service import StoreService
+
+    require_store(args)
+    with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
+        service = StoreService(index, image_side=args.image_side)
+        if args.transport == "stdio":
+            serve_stdio(service)
+        else:
+            serve_http(service, host, port, token=token)
+    return EXIT_OK

@@ -1,0 +1,122 @@
+"""The store as Model Context Protocol tools and resources (the official ``mcp`` SDK's FastMCP).
+
+Tools: ``search`` (results as JSON, then the best pages as images), ``explain`` (the evidence overlay and crops of
+one hit), ``list`` and ``info``. Resources: ``docpc://documents/{id}`` (a document's metadata) and
+``docpc://documents/{id}/pages/{page}`` (one page as PNG). Every call runs on a worker thread, so searches proceed
+in parallel; the encoder serialises its own forward passes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.types import ImageContent, TextContent
+
+from docpc_retrievers.errors import DocPCError
+from docpc_retrievers.serve.service import PageImage, StoreService
+
+__all__ = ["build_mcp", "image_blocks"]
+
+_T = TypeVar("_T")
+
+INSTRUCTIONS = (
+    "Searches a collection of PDF documents by meaning (docpc: one late-interaction multi-vector per document). "
+    "Call `search` with a natural-language query; each result names the document (title, source path, id), its "
+    "score (higher is better; compare within one query only) and the pages behind the score; the best pages come "
+    "back as images. `explain` shows where one document matched. `list` and `info` describe the collection."
+)
+
+
+async def _in_thread(call: Callable[[], _T]) -> _T:
+    """``call()`` on a worker thread; the service's own errors become tool errors the client sees."""
+    try:
+        return await anyio.to_thread.run_sync(call)
+    except DocPCError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def image_blocks(pictures: list[PageImage]) -> list[TextContent | ImageContent]:
+    """Each picture as a caption followed by the PNG image."""
+    blocks: list[TextContent | ImageContent] = []
+    for p in pictures:
+        blocks.append(TextContent(type="text", text=p.caption))
+        blocks.append(ImageContent(type="image", data=base64.b64encode(p.png).decode("ascii"), mimeType="image/png"))
+    return blocks
+
+
+def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 8765) -> FastMCP:
+    """A FastMCP server whose tools and resources answer from ``service``; stateless over HTTP (any request may
+    reach any worker, and no session outlives its request)."""
+    mcp = FastMCP("docpc", instructions=INSTRUCTIONS, host=host, port=port, stateless_http=True, json_response=True,
+                  log_level="WARNING")
+
+    @mcp.tool(name="search", structured_output=False)
+    async def search(query: str, k: int = 5, filters: dict[str, Any] | None = None, under: list[str] | None = None,
+                     rerank: bool = False, images: int = 3) -> list[TextContent | ImageContent]:
+        """Find the documents that best match a natural-language query.
+
+        Args:
+            query: what to look for, in words.
+            k: how many documents to return (1-100).
+            filters: a Chroma `where` filter on document metadata, e.g. {"year": {"$gte": 2020}}.
+            under: folders (or files) whose documents alone are searched.
+            rerank: re-score the top documents from their pages at full resolution (slower, finer).
+            images: how many of the top results also return their best page as an image.
+        """
+        results, pictures = await _in_thread(partial(service.search, query, k, filters=filters, under=under,
+                                                     rerank=rerank, images=images))
+        return [TextContent(type="text", text=json.dumps({"query": query, "results": results}, ensure_ascii=False)),
+                *image_blocks(pictures)]
+
+    @mcp.tool(name="explain", structured_output=False)
+    async def explain(query: str, id: str) -> list[TextContent | ImageContent]:  # noqa: A002  # the tool's argument
+        """Show why one document matched a query: each page's share of the score, the grid with the matches as
+        heat, and crops of the best pages.
+
+        Args:
+            query: the query that found the document.
+            id: the document's id, as `search` returned it.
+        """
+        summary, pictures = await _in_thread(partial(service.explain, query, id))
+        return [TextContent(type="text", text=json.dumps(summary, ensure_ascii=False)), *image_blocks(pictures)]
+
+    @mcp.tool(name="list", structured_output=False)
+    async def list_documents(where: dict[str, Any] | None = None, limit: int = 50, offset: int = 0) -> str:
+        """List the stored documents (id, title, source, pages, metadata).
+
+        Args:
+            where: a Chroma `where` filter on document metadata.
+            limit: how many to return (1-1000).
+            offset: how many to skip.
+        """
+        listed = await _in_thread(partial(service.documents, where, limit=limit, offset=offset))
+        return json.dumps(listed, ensure_ascii=False)
+
+    @mcp.tool(name="info", structured_output=False)
+    async def info() -> str:
+        """What the collection holds and how it was built: document count, model, page selection, grid shape."""
+        return json.dumps(await _in_thread(service.info), ensure_ascii=False)
+
+    @mcp.resource("docpc://documents/{doc_id}", mime_type="application/json")
+    async def document(doc_id: str) -> str:
+        """A stored document's metadata."""
+        return json.dumps(await _in_thread(partial(service.document, doc_id)), ensure_ascii=False)
+
+    @mcp.resource("docpc://documents/{doc_id}/pages/{page}", mime_type="image/png")
+    async def page(doc_id: str, page: str) -> bytes:
+        """One selected page of a stored document as PNG (rendered from the source PDF when it is readable)."""
+        if not page.isdigit():
+            raise ToolError(f"page must be a page number, got {page!r}")
+        png = await _in_thread(partial(service.page_image, doc_id, int(page), render=True))
+        if png is None:
+            raise ToolError(f"no image of page {page} of {doc_id} (not a selected page, or the store keeps no grids)")
+        return png
+
+    return mcp

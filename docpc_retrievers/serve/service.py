@@ -1,0 +1,183 @@
+"""What ``docpc serve`` answers, as plain data: one loaded index shared by every request, whatever the transport.
+
+The MCP tools and the HTTP JSON API are thin layers over :class:`StoreService`, so both answer the same query with
+the same results as :meth:`DocPCIndex.search <docpc_retrievers.index.DocPCIndex.search>` in-process.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from PIL import Image
+
+from docpc_retrievers.errors import DocPCError, PDFLoadError
+from docpc_retrievers.index import DocPCIndex
+from docpc_retrievers.results import SearchResult
+
+__all__ = ["MAX_K", "PageImage", "ServiceError", "StoreService"]
+
+MAX_K = 100
+"""Most results one request may ask for."""
+
+
+class ServiceError(DocPCError):
+    """A request the server cannot answer as asked (bad arguments, an unknown document): the client's to fix."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class PageImage:
+    """One picture in an answer: a hit's best page, an explanation's overlay or crop; PNG bytes."""
+
+    doc_id: str
+    page: int | None
+    caption: str
+    png: bytes
+
+
+def _png(image: Image.Image, side: int) -> bytes:
+    """``image`` as PNG, its longer side at most ``side`` pixels (agents pay per pixel; pages stay readable)."""
+    picture = image.convert("RGB")
+    if max(picture.size) > side:
+        picture.thumbnail((side, side))
+    out = io.BytesIO()
+    picture.save(out, format="PNG", optimize=False)
+    return out.getvalue()
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as JSON would carry it (paths and other objects as strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class StoreService:
+    """Search, explain and list one store; ``image_side`` bounds every picture's longer side (pixels)."""
+
+    def __init__(self, index: DocPCIndex, *, image_side: int = 1024) -> None:
+        self.index = index
+        self.image_side = image_side
+
+    def ready(self) -> str:
+        """Load the model now (the server says it is ready only once queries can be encoded); its id."""
+        return self.index.encoder.model_id
+
+    # ------------------------------------------------------------------ search
+
+    def search(
+        self, query: str, k: int = 5, *, filters: Mapping[str, Any] | None = None,
+        under: str | Sequence[str] | None = None, rerank: bool = False, images: int = 0,
+    ) -> tuple[list[dict[str, Any]], list[PageImage]]:
+        """The top ``k`` hits as the CLI's ``--json`` dicts, and the best page of the first ``images`` hits."""
+        if not isinstance(query, str) or not query.strip():
+            raise ServiceError("the query is empty")
+        hits = self.search_results(query, k, filters=filters, under=under, rerank=rerank)
+        return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[: max(images, 0)]) if p]
+
+    def search_results(
+        self, query: str, k: int = 5, *, filters: Mapping[str, Any] | None = None,
+        under: str | Sequence[str] | None = None, rerank: bool = False,
+    ) -> list[SearchResult]:
+        """:meth:`DocPCIndex.search` with the request's arguments checked first."""
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+            raise ServiceError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
+        if filters is not None and not isinstance(filters, Mapping):
+            raise ServiceError("filters must be a JSON object (a Chroma where filter)")
+        return self.index.search(query, k, filters=dict(filters) if filters else None, under=under or None,
+                                 rerank=bool(rerank))
+
+    def best_page(self, hit: SearchResult) -> PageImage | None:
+        """The hit's best evidence page cut from its stored grid (None when the store keeps no grids)."""
+        pages = [e.page for e in hit.evidence_pages] or hit.selected_pages
+        if not pages:
+            return None
+        page = pages[0]
+        image = self.page_image(hit.id, page)
+        if image is None:
+            return None
+        return PageImage(hit.id, page, f"page {page} of {hit.title or hit.source or hit.id} (id {hit.id})", image)
+
+    def page_image(self, doc_id: str, page: int, *, render: bool = False) -> bytes | None:
+        """Page ``page`` (1-based, one of the selected pages) as PNG: rendered from the source PDF when ``render``
+        and readable, else cut from the stored grid; None when neither is there."""
+        meta = self._metadata(doc_id)
+        if render:
+            from docpc_retrievers.documents.represent import render_source_pages
+
+            try:
+                rendered = render_source_pages(doc_id, meta, dpi=100, pages=[page])
+                if rendered:
+                    return _png(rendered[0][1], self.image_side)
+            except (PDFLoadError, OSError, ValueError):
+                pass
+        try:
+            layout = self.index.grid_layout(doc_id)
+            grid = self.index.grid_image(doc_id)
+        except (DocPCError, KeyError, ValueError, OSError):
+            return None
+        for cell in layout.cells:  # a cell's page_index is the page's 0-based number in the PDF
+            if cell.page_index == page - 1 and cell.page_box is not None:
+                return _png(grid.crop(cell.page_box), self.image_side)
+        return None
+
+    # ------------------------------------------------------------------ explain, list, info
+
+    def explain(self, query: str, doc_id: str) -> tuple[dict[str, Any], list[PageImage]]:
+        """Why ``doc_id`` matched ``query``: page shares and where the score went, the overlay and the crops."""
+        if not isinstance(query, str) or not query.strip():
+            raise ServiceError("the query is empty")
+        self._metadata(doc_id)
+        e = self.index.explain(query, doc_id)
+        out = {
+            "id": e.doc_id, "query": e.query, "score": e.score, "grid_score": e.grid_score, "mode": e.mode,
+            "title": e.title, "source": e.source,
+            "shares": {str(p): round(s, 6) for p, s in e.shares.items()},
+            "breakdown": {k: round(v, 6) for k, v in e.breakdown().items()},
+            "crops": [{"page": c.page, "label": c.label, "from": c.source, "region": list(c.region)} for c in e.crops],
+            "notes": list(e.notes),
+        }
+        pictures = []
+        if e.overlay is not None:
+            pictures.append(PageImage(doc_id, None, "the grid with the query's matches as heat", _png(e.overlay, self.image_side)))
+        for c in e.crops:
+            pictures.append(PageImage(doc_id, c.page, f"page {c.label}: where it matched (from the {c.source})",
+                                      _png(c.image, self.image_side)))
+        return out, pictures
+
+    def documents(self, where: Mapping[str, Any] | None = None, *, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+        """Stored documents (those matching ``where``), ``limit`` from ``offset``, and how many there are."""
+        if not isinstance(limit, int) or not 1 <= limit <= 1000 or not isinstance(offset, int) or offset < 0:
+            raise ServiceError("limit must be from 1 to 1000 and offset 0 or more")
+        listed = self.index.documents(dict(where) if where else None)
+        docs = [_listed(d) for d in islice(listed, offset, offset + limit)]
+        return {"documents": docs, "offset": offset, "total": len(self.index) if not where else None}
+
+    def document(self, doc_id: str) -> dict[str, Any]:
+        """One document's stored metadata (JSON-safe)."""
+        return _json_safe({"id": doc_id, **self._metadata(doc_id)})
+
+    def info(self) -> dict[str, Any]:
+        """What the store holds and how it was built (``docpc info``)."""
+        return _json_safe(self.index.info())
+
+    def _metadata(self, doc_id: str) -> dict[str, Any]:
+        if not isinstance(doc_id, str) or not doc_id:
+            raise ServiceError("give a document id")
+        try:
+            return self.index.metadata(doc_id)
+        except (KeyError, DocPCError):
+            raise ServiceError(f"no stored document has the id {doc_id!r}", status=404) from None
+
+
+def _listed(result: SearchResult) -> dict[str, Any]:
+    d = result.to_dict()
+    for key in ("score", "rank", "evidence_pages"):
+        d.pop(key, None)
+    return d
