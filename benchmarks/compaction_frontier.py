@@ -369,6 +369,8 @@ def main() -> None:
                        "ndcg10": {k: v[1] for k, v in per_set.items()},
                        "seconds": time.perf_counter() - t0}
                 rows.append(row)
+                if args.json:  # written as it goes: a long run stopped early keeps its rows
+                    args.json.write_text(json.dumps({"rows": rows}, indent=1))
                 print(f"{factor:>4} {label:<18} {bpv + anchor:6d} {kb:7.1f}  {min(row['recall10'].values()):15.3f} "
                       f"{min(row['ndcg10'].values()):14.3f}   "
                       + "  ".join(f"{k} {v[0]:.3f}/{v[1]:.3f}" for k, v in per_set.items()), flush=True)

@@ -150,10 +150,13 @@ def pooled(vectors: list[np.ndarray], cache: Path | None) -> list[np.ndarray]:
 def real_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np.ndarray, dict[str, tuple[list, Any]]]:
     corpus = real_vectors.build(min(args.docs, 10_000), args.cache)
     key = f"{corpus.manifest['units_key']}-{corpus.manifest['documents']}"
-    corpus.vectors = pooled(corpus.vectors, args.cache / f"pooled-{key}.npz")
-    if args.docs > corpus.manifest["documents"]:  # windows over the pooled stream: half as many vectors each
-        corpus = real_vectors.windows(corpus, args.docs, lengths=(real_vectors.MIN_TOKENS // 2,
-                                                                   real_vectors.MAX_TOKENS // 2))
+    if args.pool_factor == 2:
+        corpus.vectors = pooled(corpus.vectors, args.cache / f"pooled-{key}.npz")
+    else:
+        corpus.vectors = [v.astype(np.float32) for v in corpus.vectors]
+    if args.docs > corpus.manifest["documents"]:  # windows over the stream: pooled, half as many vectors each
+        corpus = real_vectors.windows(corpus, args.docs, lengths=(real_vectors.MIN_TOKENS // args.pool_factor,
+                                                                   real_vectors.MAX_TOKENS // args.pool_factor))
     vectors = corpus.vectors
     ids = [f"{i:032x}" for i in range(len(vectors))]
     sets: dict[str, tuple[list, Any]] = {}
@@ -212,6 +215,8 @@ def main() -> None:
     ap.add_argument("--systems", nargs="+", default=["search", "scan"])
     ap.add_argument("--cache", type=Path, default=real_vectors.DEFAULT_CACHE)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pool-factor", type=int, choices=(1, 2), default=2,
+                    help="real vectors stored pooled by 2 (the default store) or not pooled")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

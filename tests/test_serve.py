@@ -163,6 +163,10 @@ async def test_mcp_over_http_through_the_official_client(served: Served) -> None
         assert listed["total"] == 5
         meta = await session.read_resource(f"docpc://documents/{results[0]['id']}")
         assert json.loads(meta.contents[0].text)["id"] == results[0]["id"]
+        page = results[0]["selected_pages"][0]
+        picture = await session.read_resource(f"docpc://documents/{results[0]['id']}/pages/{page}")
+        assert picture.contents[0].mimeType == "image/png"
+        assert _png(base64.b64decode(picture.contents[0].blob)).size[0] > 50
         bad = await session.call_tool("search", {"query": "x", "k": 1000})
         assert bad.isError and "k must be" in bad.content[0].text
 
