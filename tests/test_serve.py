@@ -105,6 +105,8 @@ def test_bad_requests_get_a_reason(served: Served) -> None:
     assert bad_k.status_code == 400 and "k must be" in bad_k.json()["error"]
     empty = httpx.post(f"{served.url}/search", json={"query": "  "}, headers=_auth())
     assert empty.status_code == 400 and "empty" in empty.json()["error"]
+    bad_images = httpx.post(f"{served.url}/search", json={"query": "x", "images": "two"}, headers=_auth())
+    assert bad_images.status_code == 400 and "images must be" in bad_images.json()["error"]
     unknown = httpx.post(f"{served.url}/search", json={"query": "x", "topk": 3}, headers=_auth())
     assert unknown.status_code == 400 and "topk" in unknown.json()["error"]
     missing = httpx.get(f"{served.url}/documents/not-an-id", headers=_auth())

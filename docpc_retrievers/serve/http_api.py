@@ -83,7 +83,7 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
             return _error(f"unknown field(s): {', '.join(sorted(unknown))}", 400)
         found = await _answer(partial(service.search, body.get("query", ""), body.get("k", 5),
                                       filters=body.get("filters"), under=body.get("under"),
-                                      rerank=bool(body.get("rerank", False)), images=int(body.get("images", 0))))
+                                      rerank=bool(body.get("rerank", False)), images=body.get("images", 0)))
         if isinstance(found, JSONResponse):
             return found
         results, pictures = found

@@ -78,8 +78,10 @@ class StoreService:
         """The top ``k`` hits as the CLI's ``--json`` dicts, and the best page of the first ``images`` hits."""
         if not isinstance(query, str) or not query.strip():
             raise ServiceError("the query is empty")
+        if not isinstance(images, int) or isinstance(images, bool) or not 0 <= images <= MAX_K:
+            raise ServiceError(f"images must be an integer from 0 to {MAX_K}, got {images!r}")
         hits = self.search_results(query, k, filters=filters, under=under, rerank=rerank)
-        return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[: max(images, 0)]) if p]
+        return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[:images]) if p]
 
     def search_results(
         self, query: str, k: int = 5, *, filters: Mapping[str, Any] | None = None,
