@@ -406,6 +406,9 @@ def svg(rows: list[dict[str, Any]], width: int = 720, height: int = 440) -> str:
         colour = ["", "black", "blue", "red"][r["pool_factor"]]
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
         parts.append(f'<text x="{x + 4:.1f}" y="{y - 4:.1f}" fill="{colour}">p{r["pool_factor"]} {r["code"]}</text>')
+    for v in np.arange(np.ceil(ylo * 20) / 20, 1.001, 0.05):
+        _, y = px(lo, float(v))
+        parts.append(f'<text x="{pad - 6}" y="{y + 3:.0f}" text-anchor="end">{v:.2f}</text>')
     for t in range(int(np.floor(lo * 4)), int(np.ceil(hi * 4)) + 1):
         x, _ = px(t / 4, ylo)
         if pad <= x <= width - pad:
