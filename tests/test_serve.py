@@ -213,3 +213,20 @@ async def test_llamaindex_loads_the_tools_through_its_mcp_client(served: Served)
 def test_an_address_other_machines_reach_needs_a_token(served: Served) -> None:
     run = run_docpc("serve", "--store", served.store, "--bind", "0.0.0.0:0")
     assert run.returncode == 2 and "--token" in run.stderr, run.describe()
+
+
+def test_documents_indexed_while_it_runs_are_served(served: Served, tmp_path: Path) -> None:
+    """The server holds no writer lock: a `docpc index` run beside it commits, and the server follows (last in this
+    file: it adds a sixth document)."""
+    import time
+
+    before = httpx.get(f"{served.url}/health", headers=_auth()).json()["documents"]
+    new = make_pdf(tmp_path / "late.pdf", "a late addition about glaciers", 2)
+    done = run_docpc("index", new, "--store", served.store)
+    assert done.returncode == 0, done.describe()
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{served.url}/health", headers=_auth()).json()["documents"] != before + 1:
+        assert time.monotonic() < deadline, "the server never saw the new document"
+        time.sleep(0.5)
+    found = httpx.post(f"{served.url}/search", json={"query": "glaciers", "k": before + 1}, headers=_auth()).json()
+    assert str(new) in {r["source"] for r in found["results"]}
