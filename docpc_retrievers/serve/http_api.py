@@ -49,7 +49,7 @@ def _error(message: str, status: int) -> JSONResponse:
 
 
 async def _answer(call: Callable[[], _T]) -> _T | JSONResponse:
-    """``call()`` on a worker thread (searches run in parallel); the client's mistakes become 4xx answers."""
+    """``call()`` on a worker thread (requests overlap); the client's mistakes become 4xx answers."""
     try:
         return await anyio.to_thread.run_sync(call)
     except ServiceError as exc:

@@ -2,8 +2,8 @@
 
 Tools: ``search`` (results as JSON, then the best pages as images), ``explain`` (the evidence overlay and crops of
 one hit), ``list`` and ``info``. Resources: ``docpc://documents/{id}`` (a document's metadata) and
-``docpc://documents/{id}/pages/{page}`` (one page as PNG). Every call runs on a worker thread, so searches proceed
-in parallel; the encoder serialises its own forward passes.
+``docpc://documents/{id}/pages/{page}`` (one page as PNG). Every call runs on a worker thread, so calls overlap;
+the encoder and the store each serialise their own step (a forward pass, a store search).
 """
 
 from __future__ import annotations
