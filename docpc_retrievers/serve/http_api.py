@@ -58,6 +58,12 @@ async def _answer(call: Callable[[], _T]) -> _T | JSONResponse:
         return _error(str(exc), 400)
 
 
+async def _json(call: Callable[[], Any]) -> JSONResponse:
+    """``call()``'s answer as JSON, or the 4xx that :func:`_answer` made of the client's mistake."""
+    found = await _answer(call)
+    return found if isinstance(found, JSONResponse) else JSONResponse(found)
+
+
 async def _body(request: Request) -> dict[str, Any] | JSONResponse:
     try:
         body = json.loads(await request.body() or b"{}")
@@ -106,16 +112,13 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
             limit, offset = int(q.get("limit", 100)), int(q.get("offset", 0))
         except (ValueError, json.JSONDecodeError) as exc:
             return _error(f"bad query parameter: {exc}", 400)
-        found = await _answer(partial(service.documents, where, limit=limit, offset=offset))
-        return found if isinstance(found, JSONResponse) else JSONResponse(found)
+        return await _json(partial(service.documents, where, limit=limit, offset=offset))
 
     async def document(request: Request) -> Response:
-        found = await _answer(partial(service.document, request.path_params["doc_id"]))
-        return found if isinstance(found, JSONResponse) else JSONResponse(found)
+        return await _json(partial(service.document, request.path_params["doc_id"]))
 
     async def info(request: Request) -> Response:
-        found = await _answer(service.info)
-        return found if isinstance(found, JSONResponse) else JSONResponse(found)
+        return await _json(service.info)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": model, "documents": len(service.index)})
