@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +11,10 @@ import pytest
 
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.testing import build_tiny_colqwen2
+
+# The choices timed once per machine (int8 kernel, threads) go to a folder of this run, not the user's cache: each
+# test process and the commands it starts time them once, as a fresh machine would.
+os.environ.setdefault("DOCPC_CACHE_DIR", tempfile.mkdtemp(prefix="docpc-test-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -163,11 +163,12 @@ def test_a_packed_query_is_not_reused_for_another_query() -> None:
     assert not torch.equal(first, second)
 
 
-def test_the_int8_kernel_is_onednn_wherever_it_is_exact() -> None:
+def test_the_int8_kernel_in_use_is_the_one_chosen_for_this_machine_and_queries_round_the_same_for_all() -> None:
     from docpc_retrievers.scoring import kernels
 
-    expected = kernels._onednn if kernels.onednn_exact_peak() else kernels._int_mm
-    assert kernels.int8_kernel() is expected
+    choice = kernels.int8_kernel_choice()
+    assert choice.choice in kernels.available_kernels()
+    assert kernels.int8_kernel() is kernels.KERNELS[choice.choice]
     assert kernels.query_peak() == (kernels.onednn_exact_peak() or 127)
 
 
