@@ -434,13 +434,47 @@ def test_unreachable_hub_fails_fast_without_offline_env(
 # --------------------------------------------------------------------------- device / dtype
 
 
+@pytest.mark.parametrize(("flags", "expected"), [(("avx2", "avx512_vnni"), "float32"), (("avx512_bf16",), "bfloat16"),
+                                                 (("amx_bf16",), "bfloat16"), (("asimd", "bf16"), "bfloat16")])
+def test_a_cpu_gets_bfloat16_only_where_it_multiplies_bfloat16_in_hardware(
+        flags: tuple[str, ...], expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from docpc_retrievers.encoders import colpali
+    from docpc_retrievers.machine.cpu import CPU
+
+    monkeypatch.setattr(colpali, "this_cpu", lambda: CPU("test CPU", "x86_64", 2, flags))
+    assert colpali.pick_dtype(None, "cpu") is getattr(torch, expected)
+    assert colpali.pick_dtype(None, "mps") is torch.float32
+    assert colpali.pick_dtype("float32", "cpu") is torch.float32  # an explicit dtype always wins
+
+
+def test_bfloat16_on_the_cpu_gives_the_float32_vectors_within_its_rounding(
+        tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder) -> None:
+    """What a CPU with native bfloat16 now gets by default: the same rows as float32 within bfloat16's rounding,
+    and the same MaxSim ranking of two images for a query (tiny random weights: plumbing, not quality)."""
+    from docpc_retrievers.scoring.maxsim import maxsim
+
+    bf16 = ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="bfloat16")
+    images = [_noise_image((224, 160), 0), _noise_image((160, 224), 1)]
+    a, b = tiny_encoder.encode_images(images), bf16.encode_images(images)
+    for x, y in zip(a, b):
+        assert x.shape == y.shape and y.dtype == np.float32
+        cos = (x * y).sum(axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+        assert cos.min() > 0.98, cos.min()
+    q32, q16 = tiny_encoder.encode_queries(["a table of results"])[0], bf16.encode_queries(["a table of results"])[0]
+    np.testing.assert_allclose(maxsim([q16], b), maxsim([q32], a), rtol=0.05)
+
+
 def test_default_dtype_per_device() -> None:
     import torch
 
     assert encoders.pick_dtype(None, "cuda") is torch.bfloat16
     assert encoders.pick_dtype(None, "cuda:1") is torch.bfloat16
     assert encoders.pick_dtype(None, "mps") is torch.float32
-    assert encoders.pick_dtype(None, "cpu") is torch.float32
+    from docpc_retrievers.machine.cpu import this_cpu
+
+    assert encoders.pick_dtype(None, "cpu") is (torch.bfloat16 if this_cpu().native_bfloat16 else torch.float32)
     assert encoders.pick_dtype("bf16", "cpu") is torch.bfloat16
     assert encoders.pick_dtype("torch.float16", "cpu") is torch.float16
     assert encoders.pick_dtype(torch.float64, "cpu") is torch.float64

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers.cli.common import (
-    EXIT_OK, add_store_options, counting_bar, emit, explain_no_match, parse_where, require_store, store_kwargs,
+    EXIT_OK, UsageError, add_store_options, counting_bar, emit, explain_no_match, parse_where, require_store, store_kwargs,
     warm_store,
 )
 
@@ -18,8 +18,11 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``info``, ``list``, ``warm``, ``clear-cache`` and ``migrate``."""
-    p = sub.add_parser("info", help="what a store holds and how it was built")
-    add_store_options(p, model=False)
+    p = sub.add_parser("info", help="what a store holds and how it was built; --machine: this machine's kernel choices")
+    add_store_options(p, model=False, store_required=False)
+    p.add_argument("--machine", action="store_true",
+                   help="report this machine instead: CPU, flags, the int8 kernels and threads timed here and chosen")
+    p.add_argument("--retime", action="store_true", help="with --machine: time this machine's choices again now")
     p.set_defaults(func=run_info)
     p = sub.add_parser("list", help="the documents a store holds (id, source, title, pages, indexed time, your metadata)")
     add_store_options(p, model=False)
@@ -97,9 +100,20 @@ def info_text(info: dict[str, Any]) -> str:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    """``docpc info``: a readable block (or the JSON object)."""
+    """``docpc info``: a readable block (or the JSON object); ``--machine``: this machine's report instead."""
     from docpc_retrievers.index import DocPCIndex
 
+    if args.machine or args.retime:
+        from docpc_retrievers.machine.report import machine_report, machine_report_text
+
+        report = machine_report(retime=args.retime)
+        if args.json:
+            emit(report)
+        else:
+            print(machine_report_text(report))
+        return EXIT_OK
+    if args.store is None:
+        raise UsageError("the following arguments are required: --store (or --machine for this machine's report)")
     require_store(args)
     with DocPCIndex(args.store, **store_kwargs(args)) as index:
         info = index.info()

@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from docpc_retrievers.errors import DocPCError, ModelLoadError
+from docpc_retrievers.machine.cpu import this_cpu
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +78,9 @@ def pick_device(device: str | None) -> str:
 
 
 def pick_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
-    """The torch dtype for ``dtype`` (name, alias or dtype); None gives bfloat16 on cuda, float32 elsewhere."""
+    """The torch dtype for ``dtype`` (name, alias or dtype). None gives bfloat16 on cuda and on a CPU that multiplies
+    bfloat16 in hardware (AVX-512 BF16, AMX, Arm BF16: ColQwen2's 2B architecture ran 2.3x faster per grid there,
+    benchmarks/cpu_dtype_bench.py), float32 on other CPUs (where bfloat16 is emulated) and on mps."""
     import torch
 
     if isinstance(dtype, torch.dtype):
@@ -85,7 +88,9 @@ def pick_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
     if dtype is None:
         # bf16 is the models' dtype on GPUs. fp16 can overflow in these models' activations (NaN rows) and
         # bf16 on mps depends on the macOS/torch version, so mps gets the safe choice: fp32.
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+        if device.startswith("cuda") or (device == "cpu" and this_cpu().native_bfloat16):
+            return torch.bfloat16
+        return torch.float32
     aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
     name = aliases.get(dtype.lower(), dtype.lower()).removeprefix("torch.")
     value = getattr(torch, name, None)
@@ -103,7 +108,8 @@ class ColPaliEncoder:
 
     ``model``: hub id or local folder (full checkpoint or PEFT adapter). ``family``: one of
     :data:`SUPPORTED_FAMILIES`, detected from the checkpoint's config when None.
-    ``device``: cuda, else mps, else cpu. ``dtype``: bfloat16 on cuda, float32 elsewhere.
+    ``device``: cuda, else mps, else cpu. ``dtype``: bfloat16 on cuda and on CPUs with native bfloat16, float32 elsewhere
+    (:func:`pick_dtype`).
     ``max_num_visual_tokens``: cap on visual tokens per image for dynamic-resolution (Qwen)
     families (sets the image processor's max pixels to ``N * tile**2``, tile = 28 px for
     ColQwen2/2.5); other families use fixed or tiled resolutions and raise ``ValueError``.

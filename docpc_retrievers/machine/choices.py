@@ -33,11 +33,21 @@ logger = logging.getLogger(__name__)
 CACHE_ENV = "DOCPC_CACHE_DIR"
 """Where the per-machine choices live (default: the user's cache folder); an empty value keeps them in memory."""
 GIVE_UP = 20.0
-"""A candidate whose first timed run is this many times slower than the best so far is not timed again: it has
-lost, and a catastrophic kernel (seconds a call) should not make the one-time check long."""
+"""A candidate whose timed run is this many times slower than the best so far is not timed again: it has lost,
+and a catastrophic kernel (seconds a call) should not make the one-time check long."""
+GIVE_UP_FIRST = 100.0
+"""The same after the untimed first run, which may carry one-time costs (loading a library, packing)."""
 
-_LOCK = threading.RLock()
+_LOCK = threading.Lock()
 _MEMO: dict[str, Any] = {}
+_DECIDING: dict[str, threading.Lock] = {}
+"""One lock per entry, held while it is computed: a choice's timing may itself need another choice (the threads'
+runs multiply through the int8 kernel) on other threads, so no lock is shared between entries."""
+
+
+def _entry_lock(name: str) -> threading.Lock:
+    with _LOCK:
+        return _DECIDING.setdefault(name, threading.Lock())
 
 
 @dataclass(frozen=True)
@@ -118,27 +128,28 @@ def _write(name: str, value: Any) -> None:
 
 def forget() -> None:
     """Drop this process's remembered choices (the file stays): the next use reads the file again, or times anew."""
-    with _LOCK:
-        _MEMO.clear()
+    _MEMO.clear()
 
 
 def remembered(name: str, compute: Callable[[], Any]) -> Any:
     """A JSON value about this machine computed once (a kernel's exactness, say) and then read from its file."""
-    with _LOCK:
+    if name in _MEMO:
+        return _MEMO[name]
+    with _entry_lock(name):
         if name not in _MEMO:
             entries = _read(cache_file())
-            if name in entries:
-                _MEMO[name] = entries[name]
-            else:
-                _MEMO[name] = compute()
-                _write(name, _MEMO[name])
+            value = entries[name] if name in entries else compute()
+            if name not in entries:
+                _write(name, value)
+            _MEMO[name] = value
         return _MEMO[name]
 
 
 def time_runs(candidates: Mapping[str, Callable[[], object]], rounds: int) -> dict[str, float | None]:
     """Each candidate's best of ``rounds`` interleaved runs in ms, after one untimed run (None: it failed).
 
-    A candidate :data:`GIVE_UP` times slower than the best so far is not run again: its time so far stands.
+    A candidate :data:`GIVE_UP` times slower than the best so far (:data:`GIVE_UP_FIRST` after the first run) is not
+    run again: its time so far stands.
     """
     best: dict[str, float | None] = {}
     for name, run in candidates.items():
@@ -150,7 +161,7 @@ def time_runs(candidates: Mapping[str, Callable[[], object]], rounds: int) -> di
             logger.debug("%s unavailable here: %s", name, exc)
             best[name] = None
     timed: set[str] = set()
-    lost = {n for n, t in best.items() if t is not None and t > GIVE_UP * min(v for v in best.values() if v is not None)}
+    lost = {n for n, t in best.items() if t is not None and t > GIVE_UP_FIRST * min(v for v in best.values() if v is not None)}
     for _ in range(rounds):
         for name, run in candidates.items():
             if best[name] is None or name in lost:
@@ -179,7 +190,9 @@ def timed_choice(name: str, candidates: Sequence[str], runs: Callable[[], Mappin
             raise ValueError(f"{env}={forced!r} is not one of {', '.join(candidates)}")
         return Choice(name, forced, "forced", margin=margin, preferred=preferred)
     key = f"choice:{name}"
-    with _LOCK:
+    if key in _MEMO:
+        return _MEMO[key]
+    with _entry_lock(key):
         if key in _MEMO:
             return _MEMO[key]
         saved = _read(cache_file()).get(key)
