@@ -1,13 +1,12 @@
 """The int8 product kernels on this CPU, side by side: speed, exactness, and what 7-bit queries cost a shortlist.
 
 Every int8 product of a search (the approximate pass over candidates' rows, the int8 summaries) goes through
-scoring/kernels.py: oneDNN's quantized linear layer or ``torch._int_mm``, whichever is exact and faster here. On
-CPUs without VNNI (AVX2 only) oneDNN sums pairs of byte products in 16 bits, which saturate unless the query stays
-within +-64, and ``_int_mm`` has no fast kernel; the store then rounds queries to 7 bits and keeps oneDNN.
+scoring/kernels.py: oneDNN's quantized linear layer, ``torch._int_mm`` or a float32 product, whichever the machine
+timed fastest (by a margin) once. On CPUs without VNNI (AVX2 only) oneDNN sums pairs of byte products in 16 bits,
+which saturate unless the query stays within +-64; queries are then rounded to 7 bits for every kernel.
 
-Part 1 times, on the same rows and query tokens: ``_int_mm`` with 8-bit queries (what such a CPU ran before),
-oneDNN with 8-bit queries (with whether it is exact here), oneDNN with 7-bit queries, and float32 / bfloat16
-products after converting the rows (the other fallback), and prints each beside the kernel the store picks.
+Part 1 prints, for the machine it runs on, a table of every exact kernel on the same rows and query tokens
+(and bfloat16 products, not exact, for reference), with the kernel the store chose marked.
 
 Part 2 measures what rounding the query to 7 instead of 8 bits costs the approximate pass, on topic-structured
 documents (store_bench.py's generator) and its query sets: the share of the exact top 10 (float32 MaxSim over the
@@ -57,34 +56,39 @@ def _median_ms(run: Callable[[], object], repeats: int) -> float:
 
 
 def kernel_speeds(n_rows: int, repeats: int) -> None:
-    """Part 1: each kernel over ``n_rows`` int8 rows for 5- and 25-token queries."""
+    """Part 1: every exact kernel here over ``n_rows`` int8 rows (32k a call, as a search multiplies) for 5-, 25-
+    and 32-token queries, as a markdown table beside the machine's choice; bfloat16 products (not exact) for
+    reference."""
     import torch
+
+    from docpc_retrievers.machine import this_cpu
 
     gen = torch.Generator().manual_seed(0)
     rows = torch.randint(-127, 128, (n_rows, 128), dtype=torch.int8, generator=gen)
-    peak = kernels.onednn_exact_peak()
-    picked = kernels.int8_kernel()
-    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; "
-          f"oneDNN exact for queries within +-{peak or 'none'}; the store uses "
-          f"{'oneDNN' if picked is kernels._onednn else '_int_mm'} with queries within +-{kernels.query_peak()}")
-    for tokens in (5, 25):
-        q8 = torch.randint(-127, 128, (tokens, 128), dtype=torch.int8, generator=gen).numpy()
-        q7 = np.clip(q8, -64, 64)
-        qf = torch.from_numpy(q8.astype(np.float32))
-        expected = rows.to(torch.int64) @ torch.from_numpy(q8).to(torch.int64).T
-        line = [f"{n_rows:,} rows x {tokens:2d} tokens:",
-                f"_int_mm 8-bit {_median_ms(lambda q8=q8: kernels._int_mm(rows, q8), repeats):7.1f} ms"]
-        try:
-            onednn8 = _median_ms(lambda q8=q8: kernels._onednn(rows, q8), repeats)
-            exact = torch.equal(kernels._onednn(rows, q8).to(torch.int64), expected)
-            line.append(f"oneDNN 8-bit {onednn8:6.1f} ms ({'exact' if exact else 'NOT exact'})")
-            line.append(f"oneDNN 7-bit {_median_ms(lambda q7=q7: kernels._onednn(rows, q7), repeats):6.1f} ms")
-        except (RuntimeError, AttributeError, TypeError):
-            line.append("oneDNN: not in this build")
-        for dtype in (torch.float32, torch.bfloat16):
-            q = qf.to(dtype)
-            line.append(f"{str(dtype).split('.')[-1]} {_median_ms(lambda dtype=dtype, q=q: rows.to(dtype) @ q.T, repeats):6.1f} ms")
-        print("  ".join(line))
+    chunks = [rows[s : s + 32_768] for s in range(0, n_rows, 32_768)]
+    choice = kernels.int8_kernel_choice()
+    available = kernels.available_kernels()
+    cpu = this_cpu()
+    print(f"CPU: {cpu.model} ({cpu.cores} cores; {' '.join(cpu.flags)}); torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    print(f"oneDNN exact for queries within +-{kernels.onednn_exact_peak() or 'none'}; queries rounded to "
+          f"+-{kernels.query_peak()}; the store uses {choice.choice} ({choice.how})\n")
+    names = [*available, "bfloat16"]
+    print(f"| {n_rows:,} int8 rows x 128, median of {repeats} ms | " + " | ".join(
+        f"{n}{' (chosen)' if n == choice.choice else ''}" for n in names) + " |")
+    print("|---" + "|---:" * len(names) + "|")
+    peak = kernels.query_peak()
+    for tokens in (5, 25, 32):
+        q8 = torch.randint(-peak, peak + 1, (tokens, 128), dtype=torch.int8, generator=gen).numpy()
+        qb = torch.from_numpy(q8.astype(np.float32)).to(torch.bfloat16)
+        runs = {name: (lambda k=k, q8=q8: [k(c, q8) for c in chunks]) for name, k in available.items()}
+        runs["bfloat16"] = lambda qb=qb: [c.to(torch.bfloat16) @ qb.T for c in chunks]
+        ms = {name: _median_ms(run, repeats if name != "onednn" or choice.choice == "onednn" else 1)
+              for name, run in runs.items()}
+        fastest = min(v for n, v in ms.items() if n != "bfloat16")
+        print(f"| {tokens} query tokens | " + " | ".join(
+            f"{ms[n]:,.1f} ({ms[n] / fastest:.1f}x)" for n in names) + " |")
+    print("\n(x: against the fastest exact kernel in the same row)")
 
 
 SUMMARY_ROWS = 16

@@ -218,6 +218,10 @@ def main() -> None:
     ap.add_argument("--pool-factor", type=int, choices=(1, 2), default=2,
                     help="real vectors stored pooled by 2 (the default store) or not pooled")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--kernels", nargs="+", metavar="KERNEL",
+                    help="instead of --systems: the default search once per int8 kernel (default = the machine's "
+                         "choice, then int_mm, onednn, float32 forced), hits compared with the default's")
+    ap.add_argument("--kernel-queries", type=int, default=5, help="queries per set with --kernels")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
@@ -226,6 +230,12 @@ def main() -> None:
     truth = cached_truth(args, sets, rows)
     result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),
                               "rows": int(rows.codes.shape[0]), "systems": {}}
+    if args.kernels:
+        result["kernels"] = kernel_runs(systems(rows, ids, vectors, ["search"])["search"], sets, ids, truth, args)
+        print(kernel_report(result))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return
     for name, search in systems(rows, ids, vectors, args.systems).items():
         log.info("measuring %s", name)
         search(sets[next(iter(sets))][0][0], None)  # warm: first-use costs are not a query's
@@ -233,6 +243,62 @@ def main() -> None:
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+
+
+def kernel_runs(search: Callable[[np.ndarray, set[str] | None], list[str]], sets: dict[str, tuple[list, Any]],
+                ids: list[str], truth: dict[str, list[list[str]]], args: argparse.Namespace) -> dict[str, Any]:
+    """The same search under each int8 kernel (``default``: the machine's own choice): p50/p90 over every set's
+    first ``--kernel-queries`` queries, recall@10, and whether every query's hits equal the default's."""
+    import os
+
+    from docpc_retrievers.scoring import kernels
+
+    out: dict[str, Any] = {}
+    hits: dict[str, list[list[str]]] = {}
+    for kernel in args.kernels:
+        if kernel == "default":
+            os.environ.pop(kernels.KERNEL_ENV, None)
+        elif kernel not in kernels.available_kernels():
+            log.info("%s gives no exact products here: skipped", kernel)
+            continue
+        else:
+            os.environ[kernels.KERNEL_ENV] = kernel
+        used = kernels.int8_kernel_choice()
+        search(sets[next(iter(sets))][0][0], None)  # warm
+        lat, rec, got_all = [], [], []
+        for name, (qs, allowed_slots) in sets.items():
+            allowed = None if allowed_slots is None else {ids[i] for i in allowed_slots}
+            for q, best in zip(qs[: args.kernel_queries], truth[name]):
+                t0 = time.perf_counter()
+                got = search(q, allowed)[:10]
+                lat.append(time.perf_counter() - t0)
+                rec.append(len(set(got) & set(best)) / max(1, len(best)))
+                got_all.append(got)
+        hits[kernel] = got_all
+        out[kernel] = {"kernel": used.choice, "how": used.how, "queries": len(lat),
+                       "p50_ms": 1000 * statistics.median(lat), "p90_ms": 1000 * float(np.percentile(lat, 90)),
+                       "recall10": statistics.mean(rec)}
+        log.info("%s: %s", kernel, out[kernel])
+    os.environ.pop(kernels.KERNEL_ENV, None)
+    first = next(iter(hits))
+    for kernel in out:
+        out[kernel]["hits_identical_to_" + first] = hits[kernel] == hits[first]
+    return out
+
+
+def kernel_report(result: dict[str, Any]) -> str:
+    """A markdown table: the search's p50/p90 under each int8 kernel, as a ratio to the fastest, and its hits."""
+    runs = result["kernels"]
+    best = min(r["p50_ms"] for r in runs.values())
+    first = next(iter(runs))
+    lines = [f"{result['corpus']} vectors, {result['docs']:,} documents ({result['rows']:,} stored rows), "
+             f"CPU: {result['cpu']}", "",
+             f"| kernel | p50 ms | p90 ms | p50 / fastest | recall@10 | hits as {first} |", "|---|---:|---:|---:|---:|---|"]
+    for name, r in runs.items():
+        label = f"{name} ({r['kernel']}, {r['how']})" if name == "default" else name
+        lines.append(f"| {label} | {r['p50_ms']:,.1f} | {r['p90_ms']:,.1f} | {r['p50_ms'] / best:.2f}x | "
+                     f"{r['recall10']:.3f} | {'identical' if r['hits_identical_to_' + first] else 'DIFFERENT'} |")
+    return "\n".join(lines)
 
 
 def report(result: dict[str, Any]) -> str:

@@ -335,16 +335,17 @@ def _int8_queries_at(peak: int | None) -> Any:
 
     if peak is None:
         return lambda: None
-    onednn_peak = kernels.onednn_exact_peak()
+    measured = kernels.onednn_exact_peak
+    onednn_peak = measured()
     if peak > onednn_peak:
-        kernels._ONEDNN_PEAK = 0  # _int_mm with 8-bit queries
+        kernels.onednn_exact_peak = lambda: 0  # _int_mm with 8-bit queries
     elif onednn_peak:
-        kernels._ONEDNN_PEAK = peak
+        kernels.onednn_exact_peak = lambda: peak
     else:
         raise SystemExit(f"--query-peaks {peak}: this torch build has no exact oneDNN int8 products")
 
     def restore() -> None:
-        kernels._ONEDNN_PEAK = onednn_peak
+        kernels.onednn_exact_peak = measured
 
     return restore
 

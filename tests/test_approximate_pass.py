@@ -163,8 +163,10 @@ def test_the_pass_threads_multiply_on_one_openmp_thread_each_and_no_other_thread
     import torch
 
     before = torch.get_num_threads()
-    monkeypatch.setattr(exact, "_POOL", None)  # a pool of this test's own
-    pool = exact._pool()
+    from docpc_retrievers.store import shortlist_threads
+
+    monkeypatch.setattr(shortlist_threads, "_POOL", None)  # a pool of this test's own
+    pool = shortlist_threads._started_pool()
     if pool is None:
         pytest.skip("OpenMP's thread setter is not reachable here: the pass runs on the calling thread")
     try:

@@ -184,15 +184,15 @@ def test_guard_the_int8_kernel_chosen_here_is_not_5x_slower_than_another_exact_k
 
 
 def test_the_approximate_pass_threads_follow_the_choice_made_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from docpc_retrievers.store.search import exact
+    from docpc_retrievers.store import shortlist_threads as threads
 
-    monkeypatch.setenv(exact.THREADS_ENV, "one")
-    assert exact._pool() is None
-    monkeypatch.setenv(exact.THREADS_ENV, "threads")
-    if exact._started_pool() is not None:
-        assert exact._pool() is exact._started_pool()
-    monkeypatch.delenv(exact.THREADS_ENV)
-    choice = exact.threads_choice()
+    monkeypatch.setenv(threads.THREADS_ENV, "one")
+    assert threads.shortlist_pool() is None
+    monkeypatch.setenv(threads.THREADS_ENV, "threads")
+    if threads._started_pool() is not None:
+        assert threads.shortlist_pool() is threads._started_pool()
+    monkeypatch.delenv(threads.THREADS_ENV)
+    choice = threads.threads_choice()
     assert choice.choice in ("one", "threads") and choice.how in ("timed", "cached", "only")
 
 

@@ -19,7 +19,7 @@ def machine_report(*, retime: bool = False) -> dict[str, Any]:
     from docpc_retrievers import __version__
     from docpc_retrievers.encoders.colpali import pick_dtype
     from docpc_retrievers.scoring import kernels
-    from docpc_retrievers.store.search.exact import threads_choice
+    from docpc_retrievers.store.shortlist_threads import threads_choice
 
     path = cache_file()
     if retime:
