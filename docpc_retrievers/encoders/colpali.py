@@ -79,8 +79,8 @@ def pick_device(device: str | None) -> str:
 
 def pick_dtype(dtype: torch.dtype | str | None, device: str) -> torch.dtype:
     """The torch dtype for ``dtype`` (name, alias or dtype). None gives bfloat16 on cuda and on a CPU that multiplies
-    bfloat16 in hardware (AVX-512 BF16, AMX, Arm BF16: ColQwen2's 2B architecture ran 2.3x faster per grid there,
-    benchmarks/cpu_dtype_bench.py), float32 on other CPUs (where bfloat16 is emulated) and on mps."""
+    bfloat16 in hardware (AVX-512 BF16, AMX, Arm BF16: ColQwen2's 2B architecture ran 1.6x faster per grid and 3x
+    per query there, benchmarks/cpu_dtype_bench.py), float32 on other CPUs (bfloat16 is emulated there) and mps."""
     import torch
 
     if isinstance(dtype, torch.dtype):

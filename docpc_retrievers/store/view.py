@@ -179,9 +179,14 @@ class StoreView:
 
     def warm(self, on_progress: Callable[[int, int], None] | None = None, *, chunk: int = 500) -> dict[str, Any]:
         """Fetch into the cache every document's vectors it lacks and save the snapshot: what a fresh machine's first
-        queries would otherwise wait for. Interrupted, it keeps what it fetched (the cache saves as it grows) and a
-        re-run goes on. ``on_progress``: (fetched so far, documents)."""
+        queries would otherwise wait for, this machine's kernel and thread choices included. Interrupted, it keeps
+        what it fetched (the cache saves as it grows) and a re-run goes on. ``on_progress``: (fetched so far,
+        documents)."""
+        from docpc_retrievers.scoring.kernels import int8_kernel_choice
+        from docpc_retrievers.store.shortlist_threads import threads_choice
+
         started = time.perf_counter()
+        machine = {"int8_kernel": int8_kernel_choice().choice, "shortlist_threads": threads_choice().choice}
         ids = list(self.n)
         missing = [doc_id for doc_id in ids if doc_id not in self.cache]
         for start in range(0, len(missing), chunk):
@@ -189,7 +194,7 @@ class StoreView:
             if on_progress is not None:
                 on_progress(len(ids) - len(missing) + min(start + chunk, len(missing)), len(ids))
         self.save()
-        return {"documents": len(ids), "fetched": len(missing), "seconds": time.perf_counter() - started}
+        return {"documents": len(ids), "fetched": len(missing), "seconds": time.perf_counter() - started, **machine}
 
     def save(self) -> None:
         """Save the backend as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
