@@ -29,6 +29,13 @@ def tiny_encoder(tiny_checkpoint: Path) -> ColPaliEncoder:
     return ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32")
 
 
+@pytest.fixture(scope="session")
+def default_encoder(tiny_checkpoint: Path) -> ColPaliEncoder:
+    """ColPaliEncoder on the tiny checkpoint with this machine's defaults, as the command line builds it (bfloat16
+    on a CPU with native bfloat16, float32 elsewhere): the reference when a test compares the CLI's scores."""
+    return ColPaliEncoder(tiny_checkpoint, device="cpu")
+
+
 @pytest.fixture()
 def fresh_chroma() -> Iterator[None]:
     """The test opens stores from disk, not from a Chroma system cached by an earlier test (use it module-wide

@@ -165,7 +165,7 @@ def test_encoding_is_deterministic(tiny_checkpoint: Path, tiny_encoder: ColPaliE
     image = _noise_image((320, 240), seed=42)
     first = tiny_encoder.encode_images([image])[0]
     again = tiny_encoder.encode_images([image])[0]
-    other = ColPaliEncoder(tiny_checkpoint, device="cpu").encode_images([image])[0]
+    other = ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32").encode_images([image])[0]
     assert np.array_equal(first, again)
     np.testing.assert_allclose(first, other, atol=1e-6)
     assert not np.allclose(first, tiny_encoder.encode_images([_noise_image((320, 240), seed=43)])[0], atol=1e-3)
@@ -253,7 +253,7 @@ def test_mask_non_image_embeddings_keeps_only_visual_rows(
     tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder
 ) -> None:
     image = _noise_image((640, 480), seed=5)
-    masked = ColPaliEncoder(tiny_checkpoint, device="cpu", mask_non_image_embeddings=True)
+    masked = ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32", mask_non_image_embeddings=True)
     (info,) = masked.encode_images_with_info([image])
     (full,) = tiny_encoder.encode_images_with_info([image])
     rows, cols = masked.image_patch_grid(image.size)

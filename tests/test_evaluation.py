@@ -173,7 +173,7 @@ def test_cli_usage_errors_exit_2(tiny_set: Path, tmp_path: Path, capsys: pytest.
 
 @pytest.mark.slow
 def test_docpc_eval_bm25_and_grid_on_tiny(
-    tiny_set: Path, tmp_path: Path, tiny_checkpoint: Path, tiny_encoder: object, capsys: pytest.CaptureFixture[str]
+    tiny_set: Path, tmp_path: Path, tiny_checkpoint: Path, default_encoder: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "eval"
     code = docpc_main(
@@ -207,9 +207,10 @@ def test_docpc_eval_bm25_and_grid_on_tiny(
     index_dirs = [p for p in (out / "indexes").iterdir() if p.is_dir() and p.name.startswith("grid-first-4--")]
     assert len(index_dirs) == 1
 
-    # Same settings, same model (already loaded): the index is reused and the results are identical.
+    # Same settings, same model with the command's defaults (already loaded): the index is reused and the results
+    # are identical.
     corpus = load_labelled_corpus(tiny_set)
-    again = run_evaluation(corpus, ["grid:first:4"], out_dir=out, encoder=tiny_encoder, write=False)
+    again = run_evaluation(corpus, ["grid:first:4"], out_dir=out, encoder=default_encoder, write=False)
     stats = again.systems[0].stats
     assert stats.reused and stats.images_encoded == n_docs  # recorded at build time, nothing re-encoded
     grid_trec: dict[str, dict[str, float]] = {}
