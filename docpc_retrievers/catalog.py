@@ -55,6 +55,28 @@ def ids_under(store: MultiVectorStore, folders: Iterable[str | os.PathLike[str]]
     return [d.id for d in store.iter_documents() if under_roots(str(d.metadata.get("source") or ""), roots)]
 
 
+def under_reason(store: MultiVectorStore, under: Iterable[str | os.PathLike[str]]) -> str | None:
+    """Why ``under`` may hold no stored document (a mistyped or relative folder, say): each path no source lies
+    under, whether it exists here, and the folders the store's documents do come from; None when each holds some."""
+    folders: Counter[str] = Counter()
+    sources = []
+    for doc in store.iter_documents():
+        source = str(doc.metadata.get("source") or "")
+        sources.append(source)
+        folders[str(Path(source).parent)] += 1
+    empty = [Path(u).expanduser().resolve() for u in under]
+    empty = [p for p in empty if not any(under_roots(s, [p]) for s in sources)]
+    if not empty:
+        return None
+    said = "; ".join(f"no stored document comes from {p}" + ("" if p.exists() else " (no such file or folder here)")
+                     for p in empty)
+    if not sources:
+        return f"{said}: the store holds no documents"
+    shown = ", ".join(f"{f} ({n})" for f, n in folders.most_common(_VALUES_SHOWN))
+    more = f" and {len(folders) - _VALUES_SHOWN} more" if len(folders) > _VALUES_SHOWN else ""
+    return f"{said}; the store's documents come from {shown}{more}"
+
+
 def documents(store: MultiVectorStore, where: Mapping[str, Any] | None = None, *, page: int = 500) -> Iterator[SearchResult]:
     """Every stored document (or those matching a Chroma ``where`` filter) as results with score 0, lazily."""
     for doc in store.iter_documents(where, page=page):

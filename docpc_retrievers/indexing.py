@@ -50,7 +50,7 @@ from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.encoders.pooling import pool_vectors
-from docpc_retrievers.progress import bars_drawn, progress_bar
+from docpc_retrievers.progress import bars_drawn, progress_bar, shrink
 
 __all__ = ["Indexer", "encode_with_tokens"]
 
@@ -119,6 +119,8 @@ class Indexer:
         checked before anything is rendered; an unchanged file whose user metadata changed is
         updated without re-encoding, and a replaced file keeps its older version's keys.
 
+        A path that does not exist fails on its own like a broken file, unless no given path exists: then
+        FileNotFoundError (a mistyped path, which the command line refuses too) and nothing is done.
         Outcomes are ``indexed``, ``skipped``, ``moved`` or ``failed``; the report also
         carries the time spent per stage (``timings``: render, preview, encode,
         pool, commit, total; render and preview are summed over workers). ``workers`` render
@@ -132,6 +134,8 @@ class Indexer:
             raise ValueError("batch_size must be >= 1")
         started = time.perf_counter()
         paths = list(paths)
+        if paths and not any(Path(p).expanduser().exists() for p in paths):  # a mistyped path: nothing to do at all
+            raise FileNotFoundError(f"no such file or folder: {', '.join(map(str, paths))} (nothing was indexed)")
         files = discover_pdfs(paths)
         roots = check_roots(paths) if prune else [Path(p).expanduser().resolve() for p in paths if Path(p).is_dir()]
         user = resolve_user_metadata(
@@ -159,12 +163,15 @@ class Indexer:
             try:
                 for path, rendered in renderer.imap(files, self._plan):
                     outcome = self._take_one(job, path, rendered, seen_ids, report, pending, user.get(path))
-                    if outcome != "indexed":
-                        committed_bar.update(1)
+                    if outcome != "indexed":  # nothing to commit; unchanged or moved: nothing rendered either
+                        shrink(committed_bar)
                     self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=False)
                     if on_file is not None:
                         on_file(path, outcome)
-                    rendered_bar.update(1)
+                    if outcome in ("indexed", "failed"):
+                        rendered_bar.update(1)
+                    else:
+                        shrink(rendered_bar)
                 self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=True)
                 committer.wait()
                 self._sources_gone(roots, report, delete=prune)
@@ -241,6 +248,8 @@ class Indexer:
                 self.delete(stale)
                 report.replaced.extend(stale)
             if doc_id in seen_ids:  # a copy met earlier in this run
+                if (seen_ids[doc_id], str(path)) in report.duplicates:  # that copy was reported as this file's
+                    return "skipped"
                 report.skipped.append(doc_id)
                 report.duplicates.append((str(path), seen_ids[doc_id]))
                 return "skipped"

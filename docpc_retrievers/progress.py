@@ -13,13 +13,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["PROGRESS", "bars_drawn", "progress_bar"]
+__all__ = ["PROGRESS", "bars_drawn", "progress_bar", "shrink"]
 
 PROGRESS = logging.getLogger("docpc_retrievers.progress")
 
 
 class _NullBar:
+    total = 0
+
     def update(self, n: int = 1) -> None:
+        pass
+
+    def refresh(self) -> None:
         pass
 
     def close(self) -> None:
@@ -38,6 +43,9 @@ class _LineBar:
         if time.monotonic() - self._last >= self.every:
             self._line()
 
+    def refresh(self) -> None:
+        pass
+
     def close(self) -> None:
         if self.total:
             self._line()
@@ -45,6 +53,13 @@ class _LineBar:
     def _line(self) -> None:
         self._last = time.monotonic()
         PROGRESS.info("%s %d of %d", self.desc, self.done, self.total)
+
+
+def shrink(bar: Any, n: int = 1) -> None:
+    """Take ``n`` files out of a bar's total: files that turned out to need no work (unchanged, or nothing to
+    commit), so that "rendered 8 of 8" is never said of a run that rendered nothing."""
+    bar.total = max(0, (bar.total or 0) - n)
+    bar.refresh()
 
 
 def progress_bar(total: int, enabled: bool, desc: str, *, position: int = 0, every: float = 5.0) -> Any:

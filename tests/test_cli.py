@@ -343,10 +343,10 @@ def test_a_query_on_standard_input_is_answered_before_the_next_arrives(corpus_st
 
 
 def test_standard_input_with_only_blank_lines_says_so(corpus_store: CorpusStore) -> None:
-    """Like an empty query: a usage error (2), the command's own usage shown."""
+    """Like an empty query: a usage error (2) in one line, and where the command's usage is."""
     blank = run_docpc("search", "--queries", "-", "--store", corpus_store.path, stdin="\n  \n")
     assert blank.returncode == 2 and blank.stdout == "", blank.describe()
-    assert "held no query" in blank.stderr and "usage: docpc search" in blank.stderr
+    assert "held no query" in blank.stderr and "see 'docpc search --help'" in blank.stderr
 
 
 def test_search_under_a_folder_and_a_file_finds_only_their_documents(runs: Runs) -> None:
@@ -369,15 +369,17 @@ def test_show_without_out_or_png_writes_the_default_report_in_the_current_folder
     (["list", "--store", "S", "--bogus"], None),
     (["search", " ", "--store", "S"], None),
 ])
-def test_usage_errors_show_the_commands_usage_and_the_nearest_option(
+def test_usage_errors_are_one_line_pointing_at_the_commands_help_and_the_nearest_option(
     argv: list[str], hint: str | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The error, then where the usage is: not the whole usage first, which buried the one line that matters."""
     from docpc_retrievers.cli import main
 
     with pytest.raises(SystemExit) as caught:
         main(argv)
     err = capsys.readouterr().err
-    assert caught.value.code == 2 and f"usage: docpc {argv[0]}" in err
+    assert caught.value.code == 2 and err.startswith(f"docpc {argv[0]}: error: ")
+    assert err.splitlines()[1:] == [f"(see 'docpc {argv[0]} --help')"] and "usage:" not in err
     assert (hint in err) if hint else "did you mean" not in err
 
 
@@ -544,7 +546,7 @@ def test_usage_errors_exit_2(case: str, tmp_path: Path) -> None:
     args = [a.replace("<pdf>", str(pdf)).replace("<store>", str(store)) for a in USAGE_ERRORS[case]]
     run = run_docpc(*args, timeout=120)
     _assert_clean_error(run, 2)
-    assert "usage:" in run.stderr
+    assert "error: " in run.stderr and "--help')" in run.stderr and "usage:" not in run.stderr
     assert not store.exists()  # refused before anything was created
 
 
@@ -724,28 +726,36 @@ def test_show_writes_one_self_contained_report(show_run: ShowRun) -> None:
     assert page.count('src="data:image/') >= 5
 
 
-def _chromium() -> tuple[str, str] | None:
+#: Where a Chromium or Chrome may be besides the PATH (macOS installs it as an app).
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome",
+             "/Applications/Chromium.app/Contents/MacOS/Chromium",
+             "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome")
+
+
+def _chromium() -> tuple[str | None, str | None]:
+    """A Chromium or Chrome and a ChromeDriver found on this machine (None for what is missing)."""
     import shutil
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
+    browser = next((found for name in _BROWSERS if (found := shutil.which(name))), None)
+    return browser, shutil.which("chromedriver")
 
 
 def test_show_report_loads_in_headless_chromium_with_every_image_decoded(show_run: ShowRun, tmp_path: Path) -> None:
-    found = _chromium()
-    if found is None:
+    browser, driver_path = _chromium()
+    if browser is None or driver_path is None:
+        missing = " and ".join(n for n, f in (("Chromium or Chrome", browser), ("ChromeDriver", driver_path)) if not f)
         if os.environ.get("CI") == "true":
-            pytest.fail("Chromium and ChromeDriver are missing: scripts/setup.sh installs them")
-        pytest.skip("Chromium/ChromeDriver not installed (scripts/setup.sh installs them)")
+            pytest.fail(f"{missing} missing: scripts/setup.sh installs them where it can (apt-get)")
+        pytest.skip(f"{missing} not found on this machine (install them to run the report in a real browser; "
+                    "nothing is downloaded at test time)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = found[0]
+    options.binary_location = browser
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1100,1400"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(found[1]), options=options)  # local driver: nothing is downloaded
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)  # local driver: nothing is downloaded
     try:
         driver.get(show_run.report.resolve().as_uri())
         images = driver.execute_script(

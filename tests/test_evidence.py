@@ -93,11 +93,7 @@ def test_real_processor_geometry_matches_the_stored_token_grid(tiny_encoder) -> 
 def test_index_results_carry_evidence_pages(tmp_path: Path, tiny_checkpoint: Path) -> None:
     from docpc_retrievers import DocPCIndex
 
-    default = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"
-    corpus = Path(os.environ.get("DOCPC_PDF_CORPUS", default))
-    pdf = corpus / "004-pdflatex-4-pages" / "pdflatex-4-pages.pdf"
-    if not pdf.exists():  # as every corpus test: a checkout without ../shared skips, not fails
-        pytest.skip(f"PDF corpus not found at {corpus}")
+    from docpc_retrievers.testing.support import FOUR_PAGES as pdf
     # Visual rows only: every winning row is a visual token, so shares must add up to (almost) 1;
     # the remainder is tokens over the cell padding around the pages.
     kwargs = {"encoder_kwargs": {"mask_non_image_embeddings": True, "device": "cpu"}}

@@ -16,9 +16,9 @@ from docpc_retrievers import DocPCIndex, IndexSettings, PDFLoadError
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.documents.pdf import open_pdf
 from docpc_retrievers.documents.discovery import document_id
+from docpc_retrievers.testing.support import CORPUS, needs_corpus
 
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
+pytestmark = needs_corpus
 FOUR_PAGES = CORPUS / "004-pdflatex-4-pages/pdflatex-4-pages.pdf"
 OUTLINE = CORPUS / "006-pdflatex-outline/pdflatex-outline.pdf"
 ENCRYPTED = CORPUS / "005-libreoffice-writer-password/libreoffice-writer-password.pdf"

@@ -1,7 +1,7 @@
 """Tests of docpc_retrievers.documents.pdf: opening, metadata, labels, rendering, text and every error kind.
 
-Corpus files (py-pdf-sample-files) are read-only: tests that need modified bytes copy them
-into tmp_path first. Set DOCPC_PDF_CORPUS to point at another checkout of the corpus.
+Corpus files (tests/data/sample-pdfs) are read-only: tests that need modified bytes copy them
+into tmp_path first. Set DOCPC_PDF_CORPUS to point at another copy of the corpus.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from PIL import Image
 
 from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.documents.pdf import DEFAULT_MAX_PIXELS, PDFDocument, PDFInfo, open_pdf
-
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "py-pdf-sample-files"))
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
+from docpc_retrievers.testing.support import CORPUS, needs_corpus
 
 MINIMAL = CORPUS / "001-trivial/minimal-document.pdf"
 FOUR_PAGES = CORPUS / "004-pdflatex-4-pages/pdflatex-4-pages.pdf"

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 from importlib import import_module
 
 from docpc_retrievers import __version__
@@ -37,14 +38,21 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line and a pointer to ``--help``, not the whole usage first."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``docpc`` argument parser with every command registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="docpc",
         description="Document-level visual retrieval over PDFs (representative pages composed into one grid).",
     )
     parser.add_argument("--version", action="version", version=f"docpc-retrievers {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for module in COMMAND_MODULES:
         import_module(module).register(sub)
     parser.set_defaults(commands=sub.choices)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -178,10 +178,13 @@ def warm_store(store: Any, show_progress: bool) -> dict[str, Any]:
         return dict(store.warm(fetched))
 
 
-def explain_no_match(store: Any, where: dict[str, Any] | None) -> None:
-    """After a ``--where`` matched nothing: why, on stderr (the keys no document has, the values the others take)."""
-    if where is None:
-        return
-    from docpc_retrievers.catalog import no_match_reason
+def explain_no_match(store: Any, where: dict[str, Any] | None, under: Sequence[Any] | None = None) -> None:
+    """After a search or listing found nothing: why, on stderr (``--under`` paths no document lies under and where
+    the documents are; ``--where`` keys no document has and the values the others take)."""
+    from docpc_retrievers.catalog import no_match_reason, under_reason
 
-    print(f"docpc: {no_match_reason(store, where)}", file=sys.stderr)
+    reason = under_reason(store, under) if under else None
+    if reason is not None:
+        print(f"docpc: {reason}", file=sys.stderr)
+    elif where is not None:
+        print(f"docpc: {no_match_reason(store, where)}", file=sys.stderr)

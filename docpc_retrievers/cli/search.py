@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
                     _print(results, args.json, (n, query) if many else None)
                 sys.stdout.flush()  # a reader at the other end of a pipe gets each batch as it is answered
             if empty:
-                explain_no_match(index.store, where)
+                explain_no_match(index.store, where, args.under)
             if n == 0:
                 raise UsageError("--queries held no query (only blank lines)")
     finally:

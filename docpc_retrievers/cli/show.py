@@ -24,6 +24,8 @@ def register(sub: Any) -> None:
     add_store_options(p)
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="hits to explain (default 5)")
     p.add_argument("--where", help="explain the hits of a filtered search: a Chroma metadata filter (JSON)")
+    p.add_argument("--under", action="append", metavar="PATH",
+                   help="explain the hits among this folder's or file's documents only (repeat for several)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", type=Path, help="write one self-contained HTML report here (default: docpc-report.html "
                      "in the current folder)")
@@ -48,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None and args.png is None:
         args.out = Path(DEFAULT_REPORT)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        results = index.search(args.query, args.top_k, filters=where, rerank=args.rerank, password=args.password)
+        results = index.search(args.query, args.top_k, filters=where, rerank=args.rerank, password=args.password,
+                               under=args.under)
         if not results:
-            explain_no_match(index.store, where)
+            explain_no_match(index.store, where, args.under)
         explained = [r.explain(top_pages=args.pages, dpi=args.dpi, password=args.password) for r in results]
         model = index.model
     written: list[str] = []

@@ -72,7 +72,7 @@ class EncoderLoader:
         """The encoder, built and checked on first call (thread-safe)."""
         with self._lock:
             if self._encoder is None:
-                PROGRESS.info("loading the model %s (first use)", self.model)
+                PROGRESS.info("loading the model %s", self.model)
                 encoder = self._load()
                 self._check(encoder)
                 self._encoder = encoder

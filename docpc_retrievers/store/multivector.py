@@ -120,13 +120,11 @@ class MultiVectorStore:
         self._meta_cache = MetadataCache(lambda ids: self.engine.records(ids, include_summary=False))
         self._loaded = False
 
-    # ------------------------------------------------------------------ setup
     @property
     def cache(self) -> VectorCache:
         assert self._cache is not None
         return self._cache
 
-    # --------------------------------------------------------------- settings
     @property
     def dim(self) -> int | None:
         dim = self._manifest.get("dim")
@@ -161,11 +159,16 @@ class MultiVectorStore:
         self._manifest["format"] = STORE_FORMAT
         self.engine.write_manifest(self._manifest)
 
-    def _require_writer(self) -> None:
-        if not self._writable or (self._lock is not None and not self._lock.held):
-            raise StoreError(f"store {self.path} was opened read-only; open it with writable=True to change it")
+    @property
+    def writable(self) -> bool:
+        """Whether this object may change the store (opened writable and still holding the writer lock)."""
+        return self._writable and (self._lock is None or self._lock.held)
 
-    # ---------------------------------------------------------------- loading
+    def _require_writer(self) -> None:
+        if not self.writable:
+            raise StoreError(f"store {self.path} was opened read-only; open it with DocPCIndex(path, writable=True) "
+                             "to change it")
+
     def _ensure_loaded(self) -> None:
         if not self._loaded:
             self._load()
@@ -216,7 +219,6 @@ class MultiVectorStore:
                 pass
         self.cache.drop(ids)
 
-    # ----------------------------------------------------------------- writes
     @synchronized
     def add(
         self,
@@ -293,7 +295,6 @@ class MultiVectorStore:
             for doc_id in ids:
                 self._meta_cache.forget(doc_id)
 
-    # ------------------------------------------------------------------ reads
     @synchronized
     def count(self) -> int:
         self._ensure_loaded()
@@ -432,7 +433,6 @@ class MultiVectorStore:
             return {"documents": 0, "fetched": 0, "seconds": 0.0}
         return self._view.warm(on_progress)
 
-    # ----------------------------------------------------------------- search
     def search(self, query: np.ndarray, top_k: int = 10, **options: Any) -> list[ScoredDocument]:
         """Top documents for one query ``[n_tokens, dim]`` by MaxSim, best first (options as :meth:`search_batch`)."""
         return self.search_batch([query], top_k, **options)[0]
@@ -481,7 +481,6 @@ class MultiVectorStore:
             aggregate=aggregate)] for q in qs]
 
 
-    # --------------------------------------------------------------- lifetime
     @synchronized
     def close(self) -> None:
         """Save the cache and release the writer lock; the store can be reopened afterwards."""

@@ -1,7 +1,7 @@
 """Constants and helpers the test suites share: the sample PDF corpus, generated PDFs, image comparisons.
 
-The corpus folder comes from ``DOCPC_PDF_CORPUS`` (set by ``scripts/test.sh``),
-else ``../shared/corpus/py-pdf-sample-files`` next to the current directory.
+The corpus is ``tests/data/sample-pdfs`` in the repository (29 real PDFs of py-pdf/sample-files, CC-BY-SA-4.0);
+``DOCPC_PDF_CORPUS`` points the tests at another copy (a fuller one, say): counts are read from the folder.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from PIL import Image
 
 __all__ = [
     "CORPUS",
+    "REPOSITORY_CORPUS",
     "ENCRYPTED",
     "ENCRYPTED_PASSWORD",
     "FOUR_PAGES",
@@ -29,8 +30,14 @@ __all__ = [
     "same_pixels",
 ]
 
-CORPUS = Path(os.environ.get("DOCPC_PDF_CORPUS", Path.cwd().parent / "shared/corpus/py-pdf-sample-files"))
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"PDF corpus not found at {CORPUS}")
+REPOSITORY_CORPUS = Path(__file__).resolve().parents[2] / "tests" / "data" / "sample-pdfs"
+"""The sample PDFs that ship with the repository (absent from an installed wheel)."""
+_ASKED = os.environ.get("DOCPC_PDF_CORPUS")
+if _ASKED and not Path(_ASKED).is_dir():
+    raise RuntimeError(f"DOCPC_PDF_CORPUS={_ASKED} is not a folder: point it at a copy of the sample PDFs, or unset it")
+CORPUS = Path(_ASKED or REPOSITORY_CORPUS).resolve()  # resolved: the index stores resolved paths
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no sample PDFs at {CORPUS} (run the tests from a "
+                                                              "checkout, or set DOCPC_PDF_CORPUS)")
 
 ENCRYPTED = CORPUS / "005-libreoffice-writer-password/libreoffice-writer-password.pdf"
 ENCRYPTED_PASSWORD = "openpassword"
