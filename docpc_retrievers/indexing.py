@@ -134,10 +134,10 @@ class Indexer:
             raise ValueError("batch_size must be >= 1")
         started = time.perf_counter()
         paths = list(paths)
+        roots = check_roots(paths) if prune else [Path(p).expanduser().resolve() for p in paths if Path(p).is_dir()]
         if paths and not any(Path(p).expanduser().exists() for p in paths):  # a mistyped path: nothing to do at all
             raise FileNotFoundError(f"no such file or folder: {', '.join(map(str, paths))} (nothing was indexed)")
         files = discover_pdfs(paths)
-        roots = check_roots(paths) if prune else [Path(p).expanduser().resolve() for p in paths if Path(p).is_dir()]
         user = resolve_user_metadata(
             [f for f in files if f.exists()], metadata, by_path=metadata_by_path, sidecars=sidecars
         )
