@@ -64,49 +64,12 @@ _LAZY = {
     "Explainer": "explain",
 }
 
-__all__ = [
-    "ColPaliEncoder",
-    "ComposedGrid",
-    "DEFAULT_MODEL",
-    "DocPCError",
-    "DocPCIndex",
-    "DocumentNotFoundError",
-    "Encoder",
-    "EncoderOptions",
-    "EvidencePage",
-    "ExplainUnavailableError",
-    "Explainer",
-    "Explanation",
-    "GridLayout",
-    "GridSpec",
-    "Hit",
-    "IndexFailure",
-    "IndexReport",
-    "IndexSettings",
-    "InvalidFilterError",
-    "InvalidMetadataError",
-    "ModelLoadError",
-    "ModelMismatchError",
-    "MultiVectorStore",
-    "PDFDocument",
-    "PDFLoadError",
-    "RerankSettings",
-    "STRATEGIES",
-    "SearchOptions",
-    "SearchResult",
-    "SettingsMismatchError",
-    "SourceRootError",
-    "StoreError",
-    "StoreLockedError",
-    "compose_grid",
-    "grid_shape",
-    "load_encoder",
-    "maxsim",
-    "open_pdf",
-    "represent_pdf",
-    "select_pages",
-    "__version__",
-]
+__all__ = sorted([
+    "DocPCError", "DocumentNotFoundError", "ExplainUnavailableError", "InvalidFilterError", "InvalidMetadataError",
+    "ModelLoadError", "ModelMismatchError", "PDFLoadError", "SettingsMismatchError", "SourceRootError", "StoreError",
+    "StoreLockedError", *_LAZY, "__version__",
+])
+"""The public names: the errors (imported now, they are light) and those of :data:`_LAZY` (loaded on first use)."""
 
 if TYPE_CHECKING:
     from docpc_retrievers.config import EncoderOptions, GridSpec, IndexSettings, RerankSettings, SearchOptions

@@ -11,16 +11,12 @@ without a model (:func:`compose_pdfs`).
 
 from __future__ import annotations
 
-import base64
-import io
 import logging
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
-
-from PIL import Image
 
 from docpc_retrievers.config import (
     AGGREGATES, DEFAULT_TOP_K, EncoderOptions, GridSpec, IndexSettings, SearchOptions, folders,
@@ -30,7 +26,9 @@ from docpc_retrievers.documents.represent import RepresentedDocument, represent_
 from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_metadata
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
+from docpc_retrievers.image_bytes import MIME_TYPES, b64_png, convert_image, png_bytes
 from docpc_retrievers.index import DocPCIndex
+from docpc_retrievers.queries import check_query
 from docpc_retrievers.results import Hit, SearchResult
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
 from docpc_retrievers.store.layout import StoreLayout
@@ -81,8 +79,7 @@ RETURN_IMAGES: tuple[str | None, ...] = ("grid", "pages", "evidence", None)
 
 #: Formats images can be converted to on the way out (``image_format``); None keeps each as made.
 ImageFormat = Literal["png", "jpeg", "webp"] | None
-IMAGE_FORMATS: tuple[str | None, ...] = ("png", "jpeg", "webp", None)
-_MIME = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+IMAGE_FORMATS: tuple[str | None, ...] = (*MIME_TYPES, None)
 
 #: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
 DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
@@ -230,15 +227,6 @@ def merge_search_kwargs(
     return out
 
 
-def check_query(query: object) -> str:
-    """Return the query, or raise a clear error for a non-string (TypeError), empty or blank one (ValueError)."""
-    if not isinstance(query, str):
-        raise TypeError(f"the query must be a string, got {type(query).__name__}")
-    if not query.strip():
-        raise ValueError("the query is empty or only whitespace; DocPCRetriever needs some text to search for")
-    return query
-
-
 def path_list(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
     """One path or many, as a list (a bare string is one path, not its characters)."""
     if isinstance(paths, (str, os.PathLike)):
@@ -272,18 +260,6 @@ def result_metadata(result: SearchResult) -> dict[str, Any]:
         metadata["reranked"] = False
         metadata["rerank_error"] = result.rerank_error
     return metadata
-
-
-def png_bytes(image: Image.Image) -> bytes:
-    """A PIL image encoded as PNG."""
-    buf = io.BytesIO()
-    image.save(buf, format="PNG", optimize=False, compress_level=6)
-    return buf.getvalue()
-
-
-def b64_png(data: bytes | Image.Image) -> str:
-    """Base64 text of PNG bytes, or of a PIL image encoded as PNG."""
-    return base64.b64encode(png_bytes(data) if isinstance(data, Image.Image) else data).decode("ascii")
 
 
 def open_index(
@@ -416,23 +392,7 @@ def _hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverO
         return hit
     image, mime = (None, hit.image_mime_type) if hit.image is None else convert_image(hit.image, options.image_format)
     pages = [(n, convert_image(data, options.image_format)[0], t) for n, data, t in hit.pages]
-    return replace(hit, image=image, pages=pages, image_mime_type=_MIME[options.image_format])
-
-
-def convert_image(data: bytes, image_format: str) -> tuple[bytes, str]:
-    """Image bytes in another format (``png``, ``jpeg``: quality 90, no alpha; ``webp``: lossless): ``(bytes, mime type)``."""
-    with Image.open(io.BytesIO(data)) as img:
-        if (img.format or "").lower() == image_format:
-            return data, _MIME[image_format]
-        img.load()
-        buf = io.BytesIO()
-        if image_format == "jpeg":
-            img.convert("RGB").save(buf, format="JPEG", quality=90)
-        elif image_format == "webp":
-            img.save(buf, format="WEBP", lossless=True)
-        else:
-            img.save(buf, format="PNG")
-    return buf.getvalue(), _MIME[image_format]
+    return replace(hit, image=image, pages=pages, image_mime_type=MIME_TYPES[options.image_format])
 
 
 def _raw_hit(index: DocPCIndex, result: SearchResult, text: str, options: RetrieverOptions) -> Hit:

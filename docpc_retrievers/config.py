@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 from collections.abc import Mapping, Sequence
@@ -18,12 +19,11 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE, grid_shape
-from docpc_retrievers.documents.selection import STRATEGIES
 from docpc_retrievers.filters import check_where
 
 __all__ = [
     "AGGREGATES",
+    "DEFAULT_CELL_SIZE",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_PAGE_SIZE",
     "DEFAULT_POOL_FACTOR",
@@ -34,10 +34,32 @@ __all__ = [
     "GridSpec",
     "IndexSettings",
     "RerankSettings",
+    "STRATEGIES",
     "SearchOptions",
     "check_candidates",
+    "grid_shape",
     "with_previews",
 ]
+
+#: Default cell size in pixels (width, height): a portrait page ratio close to A4/Letter.
+DEFAULT_CELL_SIZE: tuple[int, int] = (512, 662)
+
+#: Valid page selection strategies, in the order the documentation lists them.
+STRATEGIES: tuple[str, ...] = ("first", "boundary", "uniform", "random", "last", "cluster")
+
+
+def grid_shape(k: int) -> tuple[int, int]:
+    """(rows, cols) of the most square grid holding k pages: cols = ceil(sqrt(k)), rows = ceil(k/cols)."""
+    if isinstance(k, bool):
+        raise TypeError("k must be an integer")
+    k = operator.index(k)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    root = math.isqrt(k)
+    cols = root if root * root == k else root + 1
+    rows = -(-k // cols)
+    return rows, cols
+
 
 #: PDFs larger than this are refused (each one fails on its own; the batch goes on).
 DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
@@ -191,13 +213,6 @@ class IndexSettings:
         if self.grid is not None:
             return (int(self.grid[0]), int(self.grid[1]))
         return grid_shape(self.pages or 1)
-
-    @property
-    def grid_spec(self) -> GridSpec:
-        """The grid part of these settings (grid mode only)."""
-        if self.mode != "grid" or self.pages is None:
-            raise ValueError("page-mode settings have no grid")
-        return GridSpec(self.strategy, self.pages, self.grid, self.cell_size, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         """The form recorded in a store; :meth:`from_dict` reverses it."""

@@ -114,14 +114,9 @@ class SearchResult:
         data = self._preview_bytes()
         if data is None:
             return None
-        import io
+        from docpc_retrievers.image_bytes import as_png
 
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as img:
-            buf = io.BytesIO()
-            img.convert("RGB").save(buf, format="PNG")
-        return buf.getvalue()
+        return as_png(data)
 
     def _repr_html_(self) -> str:
         """A card: rank, score, title, source, evidence pages and the grid preview (when there is one)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from docpc_retrievers.queries import check_query
 from docpc_retrievers.catalog import ids_under
 from docpc_retrievers.config import IndexSettings, SearchOptions
 from docpc_retrievers.documents.composition import GridLayout
@@ -41,10 +42,7 @@ def check_queries(queries: Sequence[str]) -> list[str]:
     """The queries as a list, or a clear error for a bare string, a non-string or a blank query."""
     if isinstance(queries, str):
         raise TypeError("search_batch expects a list of queries")
-    for q in queries:
-        if not isinstance(q, str) or not q.strip():
-            raise ValueError("query must be a non-empty string")
-    return list(queries)
+    return [check_query(q) for q in queries]
 
 
 class Searcher:

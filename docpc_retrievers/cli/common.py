@@ -41,6 +41,16 @@ class UsageError(Exception):
     """Bad arguments found after parsing; reported like argparse's own errors (exit 2)."""
 
 
+def query_text(text: str) -> str:
+    """A query argument, checked as every query is (:func:`docpc_retrievers.queries.check_query`)."""
+    from docpc_retrievers.queries import check_query
+
+    try:
+        return check_query(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def positive_int(text: str) -> int:
     """An argument that must be an integer >= 1."""
     value = int(text)

@@ -19,9 +19,10 @@ from typing import Any, TextIO
 
 from docpc_retrievers.cli.common import (
     EXIT_OK, UsageError, add_store_options, emit, encoder_options, explain_no_match, parse_where, positive_int,
+    query_text,
     store_kwargs,
 )
-from docpc_retrievers.config import AGGREGATES
+from docpc_retrievers.config import AGGREGATES, DEFAULT_TOP_K
 from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.serve.client import SERVER_ENV
 
@@ -50,7 +51,8 @@ def register(sub: Any) -> None:
         "--queries) load the model once; with --json they print one JSON object per line, "
         '{"n", "query", "results"}, instead of the single query\'s list.',
     )
-    p.add_argument("query", nargs="*", help="the query text (several: each searched, the model loaded once)")
+    p.add_argument("query", nargs="*", type=query_text,
+                   help="the query text (several: each searched, the model loaded once)")
     p.add_argument(
         "--queries", metavar="FILE", type=Path,
         help="read queries from FILE, one per line (- : standard input; blank lines are skipped); results are "
@@ -62,7 +64,8 @@ def register(sub: Any) -> None:
         help="ask a running `docpc serve` at URL instead of loading the store and model here "
         "(default: $DOCPC_SERVER; its token from $DOCPC_SERVE_TOKEN)",
     )
-    p.add_argument("-k", "--top-k", type=positive_int, default=5, help="results to return (default 5, at least 1)")
+    p.add_argument("-k", "--top-k", type=positive_int, default=DEFAULT_TOP_K,
+                   help=f"results to return (default {DEFAULT_TOP_K}, at least 1)")
     p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
     p.add_argument("--under", action="append", metavar="PATH",
                    help="search only the documents of this folder or file (repeat for several)")
@@ -155,8 +158,6 @@ def run(args: argparse.Namespace) -> int:
     where = parse_where(args.where)
     if not args.query and args.queries is None:
         raise UsageError("give a query, or --queries FILE (- for standard input)")
-    if any(not q.strip() for q in args.query):
-        raise UsageError("the query is empty")
     many = len(args.query) > 1 or args.queries is not None  # the output format follows the arguments, not the count
     server = args.server or os.environ.get(SERVER_ENV)
     if server:

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.cli.common import (
     EXIT_OK, UsageError, add_store_options, emit, encoder_options, explain_no_match, parse_where, positive_int,
+    query_text,
     store_kwargs,
 )
 
@@ -20,9 +22,10 @@ DEFAULT_REPORT = "docpc-report.html"
 def register(sub: Any) -> None:
     """Add ``show``."""
     p = sub.add_parser("show", help="explain why documents matched: heat over the grid, page crops, an HTML report")
-    p.add_argument("query", help="the query text")
+    p.add_argument("query", type=query_text, help="the query text")
     add_store_options(p)
-    p.add_argument("-k", "--top-k", type=positive_int, default=5, help="hits to explain (default 5)")
+    p.add_argument("-k", "--top-k", type=positive_int, default=DEFAULT_TOP_K,
+                   help=f"hits to explain (default {DEFAULT_TOP_K})")
     p.add_argument("--where", help="explain the hits of a filtered search: a Chroma metadata filter (JSON)")
     p.add_argument("--under", action="append", metavar="PATH",
                    help="explain the hits among this folder's or file's documents only (repeat for several)")
@@ -42,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
     from docpc_retrievers.explain.report import report_html
     from docpc_retrievers.index import DocPCIndex
 
-    if not args.query.strip():
-        raise UsageError("the query is empty")
     if args.dpi <= 0:
         raise UsageError("--dpi must be positive")
     where = parse_where(args.where)

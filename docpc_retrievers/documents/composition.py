@@ -15,6 +15,8 @@ from typing import Any
 
 from PIL import Image
 
+from docpc_retrievers.config import DEFAULT_CELL_SIZE, grid_shape  # the rules settings check, defined with them
+
 __all__ = [
     "DEFAULT_CELL_SIZE",
     "CellPlacement",
@@ -26,25 +28,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Default cell size in pixels (width, height): a portrait page ratio close to A4/Letter.
-DEFAULT_CELL_SIZE: tuple[int, int] = (512, 662)
 
 Box = tuple[int, int, int, int]
 
 _LAYOUT_VERSION = 1
 
 
-def grid_shape(k: int) -> tuple[int, int]:
-    """(rows, cols) of the most square grid holding k pages: cols = ceil(sqrt(k)), rows = ceil(k/cols)."""
-    if isinstance(k, bool):
-        raise TypeError("k must be an integer")
-    k = operator.index(k)
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    root = math.isqrt(k)
-    cols = root if root * root == k else root + 1
-    rows = -(-k // cols)
-    return rows, cols
 
 
 def _box(value: Sequence[Any]) -> Box:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from docpc_retrievers.config import STRATEGIES  # the rules settings check, defined with them
+
 if TYPE_CHECKING:
     from docpc_retrievers.documents.pdf import PDFDocument
 
@@ -31,8 +33,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Valid page selection strategies, in the order the documentation lists them.
-STRATEGIES: tuple[str, ...] = ("first", "boundary", "uniform", "random", "last", "cluster")
 
 #: Maps page images to a float array of shape [len(images), d]: one embedding per page.
 PageEmbedder = Callable[[Sequence[Image.Image]], np.ndarray]

@@ -80,11 +80,6 @@ class ModelIdentity:
             model_id=model_id,
         )
 
-    @property
-    def is_legacy(self) -> bool:
-        """True for a record written before identities (no ``fingerprint`` key of its own)."""
-        return self.fingerprint is None and self.revision is None and self.model_id is not None
-
     def same_weights(self, other: ModelIdentity) -> bool | None:
         """True or False when content tells (fingerprint or hub commit), None when neither side has one."""
         if self.fingerprint and other.fingerprint and self.fingerprint == other.fingerprint:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from PIL import Image
 
-
-if TYPE_CHECKING:
-    pass
-
-logger = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- protocol
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from docpc_retrievers.queries import check_query
 from docpc_retrievers.config import IndexSettings
 from docpc_retrievers.documents.composition import GridLayout, compose_grid
 from docpc_retrievers.documents.pdf import open_pdf
@@ -73,8 +74,7 @@ class Explainer:
         encrypted source. Unknown id: :class:`DocumentNotFoundError`; an encoder
         or record without patch positions: :class:`ExplainUnavailableError`.
         """
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("query must be a non-empty string")
+        check_query(query)
         if top_pages < 0:
             raise ValueError(f"top_pages must be >= 0, got {top_pages}")
         found = self.store.get([doc_id])

@@ -17,6 +17,7 @@ from typing import Literal
 
 from PIL import Image
 
+from docpc_retrievers.image_bytes import png_bytes
 from docpc_retrievers.explain.contributions import TokenContribution
 
 __all__ = ["Explanation", "PageCrop", "PagePicture", "image_data_uri"]
@@ -32,12 +33,6 @@ def image_data_uri(image: Image.Image, *, fmt: str = "JPEG") -> str:
 def _page_name(page: int, label: str) -> str:
     """``p4`` or, when the PDF labels the page otherwise, ``p4 (iii)``."""
     return f"p{page}" if label in ("", str(page)) else f"p{page} ({label})"
-
-
-def _png(image: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @dataclass(frozen=True)
@@ -211,4 +206,4 @@ class Explanation:
 
     def _repr_png_(self) -> bytes | None:
         pictures = self.images
-        return _png(pictures[0][1]) if pictures else None
+        return png_bytes(pictures[0][1]) if pictures else None

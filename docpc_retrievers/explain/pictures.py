@@ -97,16 +97,6 @@ def crop_fraction(image: Image.Image, region: tuple[float, float, float, float])
     return image.crop((x0, y0, min(x1, w), min(y1, h)))
 
 
-def framed(image: Image.Image, text: str) -> Image.Image:
-    """``image`` with a caption band on top (crops say where they were cut from)."""
-    font = _font(14)
-    band = 24
-    out = Image.new("RGB", (max(image.width, 240), image.height + band), (245, 245, 245))
-    out.paste(image.convert("RGB"), (0, band))
-    ImageDraw.Draw(out).text((6, 4), text, fill=(60, 60, 60), font=font)
-    return out
-
-
 #: The shortest side a crop is shown at: a region of a tiny page is rendered larger, else scaled up.
 MIN_CROP_SIDE = 256
 

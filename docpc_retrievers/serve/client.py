@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
 
 __all__ = ["SERVER_ENV", "TOKEN_ENV", "remote_search"]
@@ -17,7 +18,7 @@ TOKEN_ENV = "DOCPC_SERVE_TOKEN"
 
 
 def remote_search(
-    url: str, query: str, k: int = 5, *, filters: Mapping[str, Any] | None = None,
+    url: str, query: str, k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
     under: Sequence[str] | None = None, rerank: bool = False, token: str | None = None, timeout: float = 300.0,
 ) -> list[dict[str, Any]]:
     """The server's results for ``query`` (the CLI's ``--json`` dicts); DocPCError naming the server on failure."""

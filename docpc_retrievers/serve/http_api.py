@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
 from docpc_retrievers.serve.service import PageImage, ServiceError, StoreService
 
@@ -87,7 +88,7 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
         unknown = set(body) - {"query", "k", "filters", "under", "rerank", "images"}
         if unknown:
             return _error(f"unknown field(s): {', '.join(sorted(unknown))}", 400)
-        found = await _answer(partial(service.search, body.get("query", ""), body.get("k", 5),
+        found = await _answer(partial(service.search, body.get("query", ""), body.get("k", DEFAULT_TOP_K),
                                       filters=body.get("filters"), under=body.get("under"),
                                       rerank=bool(body.get("rerank", False)), images=body.get("images", 0)))
         if isinstance(found, JSONResponse):

@@ -19,6 +19,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
 
+from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
 from docpc_retrievers.serve.service import PageImage, StoreService
 
@@ -58,7 +59,7 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
                   log_level="WARNING")
 
     @mcp.tool(name="search", structured_output=False)
-    async def search(query: str, k: int = 5, filters: dict[str, Any] | None = None, under: list[str] | None = None,
+    async def search(query: str, k: int = DEFAULT_TOP_K, filters: dict[str, Any] | None = None, under: list[str] | None = None,
                      rerank: bool = False, images: int = 3) -> list[TextContent | ImageContent]:
         """Find the documents that best match a natural-language query.
 

@@ -6,7 +6,6 @@ the same results as :meth:`DocPCIndex.search <docpc_retrievers.index.DocPCIndex.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,9 @@ from typing import Any
 
 from PIL import Image
 
+from docpc_retrievers.config import DEFAULT_TOP_K
+from docpc_retrievers.image_bytes import png_bytes
+from docpc_retrievers.queries import check_query
 from docpc_retrievers.errors import DocPCError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import SearchResult
@@ -45,12 +47,15 @@ class PageImage:
 
 def _png(image: Image.Image, side: int) -> bytes:
     """``image`` as PNG, its longer side at most ``side`` pixels (agents pay per pixel; pages stay readable)."""
-    picture = image.convert("RGB")
-    if max(picture.size) > side:
-        picture.thumbnail((side, side))
-    out = io.BytesIO()
-    picture.save(out, format="PNG", optimize=False)
-    return out.getvalue()
+    return png_bytes(image.convert("RGB"), max_side=side)
+
+
+def _checked(query: object) -> str:
+    """:func:`~docpc_retrievers.queries.check_query` with its reason as a request error."""
+    try:
+        return check_query(query)
+    except (TypeError, ValueError) as exc:
+        raise ServiceError(str(exc)) from None
 
 
 def _json_safe(value: Any) -> Any:
@@ -72,19 +77,18 @@ class StoreService:
     # ------------------------------------------------------------------ search
 
     def search(
-        self, query: str, k: int = 5, *, filters: Mapping[str, Any] | None = None,
+        self, query: str, k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
         under: str | Sequence[str] | None = None, rerank: bool = False, images: int = 0,
     ) -> tuple[list[dict[str, Any]], list[PageImage]]:
         """The top ``k`` hits as the CLI's ``--json`` dicts, and the best page of the first ``images`` hits."""
-        if not isinstance(query, str) or not query.strip():
-            raise ServiceError("the query is empty")
+        _checked(query)
         if not isinstance(images, int) or isinstance(images, bool) or not 0 <= images <= MAX_K:
             raise ServiceError(f"images must be an integer from 0 to {MAX_K}, got {images!r}")
         hits = self.search_results(query, k, filters=filters, under=under, rerank=rerank)
         return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[:images]) if p]
 
     def search_results(
-        self, query: str, k: int = 5, *, filters: Mapping[str, Any] | None = None,
+        self, query: str, k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
         under: str | Sequence[str] | None = None, rerank: bool = False,
     ) -> list[SearchResult]:
         """:meth:`DocPCIndex.search` with the request's arguments checked first."""
@@ -133,8 +137,7 @@ class StoreService:
 
     def explain(self, query: str, doc_id: str) -> tuple[dict[str, Any], list[PageImage]]:
         """Why ``doc_id`` matched ``query``: page shares and where the score went, the overlay and the crops."""
-        if not isinstance(query, str) or not query.strip():
-            raise ServiceError("the query is empty")
+        _checked(query)
         self._metadata(doc_id)
         e = self.index.explain(query, doc_id)
         out = {

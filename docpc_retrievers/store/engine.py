@@ -22,27 +22,26 @@ Chroma layout for a store named ``C``:
 * Store-wide settings (format, dim, encoder and index settings) in ``C``'s
   collection metadata.
 
-A second engine with native multi-vectors would implement :class:`StoreEngine`
-and leave indexing and search untouched.
+How a Chroma client is made (embedded or over HTTP) lives in chroma_client.py.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from docpc_retrievers.errors import StoreError
+from docpc_retrievers.store.chroma_client import unreachable
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 
-__all__ = ["Change", "ChromaEngine", "DocumentRecord", "StoreEngine", "STORE_FORMAT", "chroma_client", "require_collection"]
+__all__ = ["Change", "ChromaEngine", "DocumentRecord", "STORE_FORMAT"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,59 +83,6 @@ class Change:
     ids: tuple[str, ...] = field(default=())
 
 
-class StoreEngine(Protocol):
-    """What the multi-vector store needs from a database (write, delete, fetch, list, change feed)."""
-
-    identity: str
-
-    def read_manifest(self) -> dict[str, Any]:
-        """Store-wide settings ({} for a new store)."""
-        ...
-
-    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
-        """Record store-wide settings."""
-        ...
-
-    def write(self, docs: Sequence[DocumentRecord]) -> int:
-        """Insert or replace documents (payload first, then the records, then the feed); returns the sequence."""
-        ...
-
-    def delete(self, ids: Sequence[str]) -> int:
-        """Delete documents and their payload; returns the sequence."""
-        ...
-
-    def records(self, ids: Sequence[str] | None = None, *, include_summary: bool = True) -> dict[str, dict[str, Any]]:
-        """Metadata of documents by id (all when None)."""
-        ...
-
-    def payload(self, ids: Sequence[str], kind: str) -> dict[str, bytes]:
-        """Payload bytes of one kind (``v``, ``g``, ``t``) by document id, for those that have it."""
-        ...
-
-    def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
-        """Ids of the documents whose ``source`` is one of ``sources``, by source (one query for all)."""
-        ...
-
-    def changes(self, since: int, *, skip: set[str] | frozenset[str] = frozenset()) -> list[Change]:
-        """Commits with a sequence number after ``since`` (minus a look-back), oldest first, except ``skip``."""
-        ...
-
-    def position(self) -> tuple[int, set[str]]:
-        """The newest sequence number and the keys a reader starting now has already covered."""
-        ...
-
-    def feed_size(self) -> int:
-        """How many commits the feed holds: it only grows, so an unchanged size means nothing happened."""
-        ...
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether an exception says the database could not be reached (as opposed to a bad request)."""
-    names = {c.__name__ for c in type(exc).__mro__}
-    return bool(names & {"ConnectError", "ConnectTimeout", "ReadTimeout", "RemoteProtocolError", "ConnectionError",
-                         "NetworkError", "TransportError"})
-
-
 def _translated(method: Any) -> Any:
     """Turn "the server is gone" into a StoreError that says what happened and that nothing committed is lost."""
     from functools import wraps
@@ -146,7 +92,7 @@ def _translated(method: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            if _unreachable(exc):
+            if unreachable(exc):
                 raise StoreError(
                     f"the Chroma server behind store {self.name!r} cannot be reached ({type(exc).__name__}: {exc}); "
                     "what was committed is kept: re-run once the server is back"
@@ -435,66 +381,3 @@ def _clip_text(text: str) -> str:
     if len(data) <= _TEXT_BYTES:
         return text
     return data[:_TEXT_BYTES].decode("utf-8", errors="ignore")
-
-
-def chroma_client(path: os.PathLike[str] | str | None, host: str | None, port: int, ssl: bool = False,
-                  headers: Mapping[str, str] | None = None) -> Any:
-    """An HTTP client for ``host``, else a persistent client for ``path`` (a fresh one when the folder was replaced)."""
-    import chromadb
-    from chromadb.config import Settings
-
-    settings = Settings(anonymized_telemetry=False)
-    if host is not None:
-        try:
-            return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
-        except Exception as exc:
-            if _unreachable(exc) or "Could not connect" in str(exc):
-                raise StoreError(f"the Chroma server at {host}:{port} cannot be reached ({exc})") from exc
-            raise
-    assert path is not None
-    _forget_stale_client(str(path))
-    client = chromadb.PersistentClient(path=str(path), settings=settings)
-    _OPENED[str(path)] = _marker(str(path))
-    return client
-
-
-def require_collection(client: Any, name: str, host: str | None) -> None:
-    """StoreError unless the server at ``host`` can be reached and holds the collection ``name``."""
-    try:
-        client.get_collection(name)
-    except Exception as exc:
-        if "connect" in f"{type(exc).__name__} {exc}".lower():
-            raise StoreError(f"the Chroma server at {host} cannot be reached ({exc})") from exc
-        raise StoreError(
-            f"no docpc store named {name!r} on the Chroma server {host}; index some documents first"
-        ) from exc
-
-
-_OPENED: dict[str, tuple[int, int]] = {}
-
-
-def _forget_stale_client(path: str) -> None:
-    """Chroma keeps one client per path for the life of the process; drop it when the folder was deleted or replaced.
-
-    Why: build a store, delete its folder, build again at the same path in the
-    same process, and Chroma would otherwise serve the old records.
-    """
-    from chromadb.api.client import SharedSystemClient
-
-    if _OPENED.get(path) not in (None, _marker(path)):
-        systems = getattr(SharedSystemClient, "_identifier_to_system", {})
-        system = systems.pop(path, None)
-        if system is not None:
-            try:
-                system.stop()
-            except Exception:  # pragma: no cover - best effort on a client whose files are gone
-                logger.debug("stopping a stale Chroma client failed", exc_info=True)
-
-
-def _marker(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(os.path.join(path, "chroma.sqlite3"))
-    except OSError:
-        return (-1, -1)
-    return (st.st_ino, st.st_dev)
-

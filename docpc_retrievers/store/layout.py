@@ -121,10 +121,6 @@ class StoreLayout:
     def retriever_options(self) -> Path:
         return self.root / "docpc_retriever.json"
 
-    def grid(self, doc_id: str) -> Path:
-        """The grid preview file of a document (the id is checked first)."""
-        return self.grids / f"{check_doc_id(doc_id, str(self.root))}.png"
-
     def exists(self) -> bool:
         """Whether a store has been created here."""
         return self.manifest.exists()

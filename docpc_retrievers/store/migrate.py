@@ -27,12 +27,8 @@ from PIL import Image
 from docpc_retrievers.documents.preview import encode_grid
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.codec import encode_int8, pack_vectors
-from docpc_retrievers.store.engine import (
-    STORE_FORMAT,
-    ChromaEngine,
-    DocumentRecord,
-    chroma_client,
-)
+from docpc_retrievers.store.chroma_client import chroma_client
+from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
 from docpc_retrievers.store.search.centroids import document_centroids

@@ -25,12 +25,8 @@ from docpc_retrievers.filters import check_where
 from docpc_retrievers.store import statistics
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import dequantize
-from docpc_retrievers.store.engine import (
-    STORE_FORMAT,
-    ChromaEngine,
-    chroma_client,
-    require_collection,
-)
+from docpc_retrievers.store.chroma_client import chroma_client, require_collection
+from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
 from docpc_retrievers.store.payload import read_grid

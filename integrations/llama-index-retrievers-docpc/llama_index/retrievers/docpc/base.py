@@ -51,9 +51,9 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
     ``filters`` (``MetadataFilters`` or a Chroma ``where`` dict); ``aggregate``
     (page-mode stores: ``max``, ``mean``, ``sum``); ``rerank`` with
     ``rerank_top_n``, ``page_budget``, ``grid_weight``; ``image_format`` (None: as stored); ``return_images``
-    (``"grid"``, ``"pages"``: one node per selected page with id
-    ``<doc id>#page=<n>``, ``"evidence"``: the grid with the query's heat and
-    outlined pages as a PNG, or None) and ``page_dpi``; ``candidates`` (documents the first stage keeps for exact
+    (``"grid"``; ``"pages"``: the page behind most of the score as the node's image, every selected page in
+    ``page_images_base64`` and their numbers in ``page_numbers``, still one node per document;
+    ``"evidence"``: the grid with the query's heat and outlined pages as a PNG; or None) and ``page_dpi``; ``candidates`` (documents the first stage keeps for exact
     scoring; None: the store's own count; more: higher recall on large stores, slower); ``under`` (folders or files
     whose documents alone are searched, as ``delete`` matches them); ``score_threshold`` (a raw MaxSim score, no
     fixed scale) and ``min_score_ratio`` (a share of the top hit's score) drop weak hits. ``password`` opens
