@@ -15,12 +15,10 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import asdict, field, make_dataclass, replace
+from typing import Any
 
-from docpc_retrievers.config import (
-    AGGREGATES, DEFAULT_TOP_K, EncoderOptions, GridSpec, IndexSettings, SearchOptions, folders,
-)
+from docpc_retrievers.config import EncoderOptions, GridSpec, IndexSettings, SearchOptions, folders
 from docpc_retrievers.documents.discovery import discover_pdfs
 from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
 from docpc_retrievers.documents.user_metadata import UserMetadata, resolve_user_metadata
@@ -28,6 +26,9 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.image_bytes import MIME_TYPES, b64_png, convert_image, png_bytes
 from docpc_retrievers.index import DocPCIndex
+from docpc_retrievers.options import (
+    DEFAULT_PAGE_DPI, IMAGE_FORMATS, OPTIONS, RETURN_IMAGES, ImageFormat, ReturnImages,
+)
 from docpc_retrievers.queries import check_query
 from docpc_retrievers.results import Hit, SearchResult
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
@@ -69,80 +70,26 @@ PathLike = str | os.PathLike[str]
 #: Images the adapters encode themselves (rendered pages, loaders' grids); stored grids are ``GRID_MIME_TYPE``.
 IMAGE_MIME_TYPE = "image/png"
 
-#: Resolution of page images rendered on demand (``return_images="pages"``).
-DEFAULT_PAGE_DPI = 144.0
-
-#: ``"grid"``: the stored grid; ``"pages"``: the selected pages rendered from the source PDF; ``"evidence"``: the
-#: explanation's picture (the grid with the query's heat and outlined pages, PNG); None: no image.
-ReturnImages = Literal["grid", "pages", "evidence"] | None
-RETURN_IMAGES: tuple[str | None, ...] = ("grid", "pages", "evidence", None)
-
-#: Formats images can be converted to on the way out (``image_format``); None keeps each as made.
-ImageFormat = Literal["png", "jpeg", "webp"] | None
-IMAGE_FORMATS: tuple[str | None, ...] = (*MIME_TYPES, None)
-
 #: Stored keys left out of results: the visual-token geometry only the core's evidence code reads.
 DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 
 _OPTIONS_FORMAT = 1
-#: Options for which None is a value (not "leave the default").
-_NULLABLE = frozenset({"filters", "return_images", "rerank_top_n", "page_budget", "grid_weight", "image_format",
-                       "candidates", "under", "score_threshold", "min_score_ratio"})
 #: Keys of option files written by version 0.1 (LlamaIndex's persist).
 _LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
+_NULLABLE = frozenset(o.name for o in OPTIONS if o.nullable)
+"""Options for which None is a value (not "leave the default")."""
 
 
-@dataclass(frozen=True)
-class RetrieverOptions:
-    """The options both retrievers expose, checked when the retriever is built (not at the first query).
+class _OptionsBehaviour:
+    """What :class:`RetrieverOptions` does; its fields are :data:`~docpc_retrievers.options.OPTIONS`."""
 
-    ``top_k`` documents per query; ``filters`` a Chroma ``where`` dict;
-    ``aggregate`` combines page scores of page-mode stores (``max``, ``mean``,
-    ``sum``); ``rerank`` turns on grid-then-page reranking (``rerank_top_n``,
-    ``page_budget``, ``grid_weight``: None takes the core default);
-    ``return_images`` and ``page_dpi`` choose the image each hit carries and
-    ``image_format`` converts it (``"png"``, ``"jpeg"``, ``"webp"``; None: as
-    stored, the mime type says which) for consumers that need one format;
-    ``candidates`` is how many documents the first stage keeps for exact scoring
-    (None: the store's own count; more: higher recall on large stores, slower);
-    ``under`` searches only the documents of these folders (or files);
-    ``score_threshold`` drops hits scoring below it and ``min_score_ratio`` hits below that share of the top hit's
-    score: a MaxSim score is a sum over query tokens with no fixed scale (it grows with the query's length and
-    differs between models), so a ratio carries from query to query where a raw threshold does not;
-    ``password`` opens encrypted sources (never saved).
-    """
-
-    top_k: int = DEFAULT_TOP_K
-    filters: Mapping[str, Any] | None = None
-    aggregate: str = "max"
-    rerank: bool = False
-    rerank_top_n: int | None = None
-    page_budget: int | None = None
-    grid_weight: float | None = None
-    return_images: ReturnImages = "grid"
-    page_dpi: float = DEFAULT_PAGE_DPI
-    image_format: ImageFormat = None
-    candidates: int | None = None
-    under: str | Sequence[str] | None = None
-    score_threshold: float | None = None
-    min_score_ratio: float | None = None
-    password: str | None = field(default=None, repr=False)
+    password: str | None
 
     def __post_init__(self) -> None:
-        if self.return_images not in RETURN_IMAGES:
-            raise ValueError(f"return_images must be 'grid', 'pages', 'evidence' or None, got {self.return_images!r}")
-        if self.image_format not in IMAGE_FORMATS:
-            raise ValueError(f"image_format must be 'png', 'jpeg', 'webp' or None (as stored), got {self.image_format!r}")
-        if isinstance(self.page_dpi, bool) or not isinstance(self.page_dpi, (int, float)) or not self.page_dpi > 0:
-            raise ValueError(f"page_dpi must be > 0, got {self.page_dpi!r}")
-        if self.aggregate not in AGGREGATES:
-            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
-        if self.score_threshold is not None and not isinstance(self.score_threshold, (int, float)):
-            raise ValueError(f"score_threshold must be a number, got {self.score_threshold!r}")
-        ratio = self.min_score_ratio
-        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1):
-            raise ValueError(f"min_score_ratio must be in (0, 1] (a share of the top hit's score), got {ratio!r}")
-        self.search_options()  # top_k, filters and the rerank settings fail now
+        for option in OPTIONS:
+            if option.check is not None:
+                option.check(getattr(self, option.name))
+        self.search_options()  # top_k, filters, aggregate, candidates, under and the rerank settings fail now
 
     @classmethod
     def from_framework(
@@ -154,38 +101,29 @@ class RetrieverOptions:
         """
         core = {names.get(k, k): v for k, v in values.items() if v is not None or names.get(k, k) in _NULLABLE}
         try:
-            return cls(password=password, **core)
+            return RetrieverOptions(password=password, **core)
         except (TypeError, ValueError) as exc:
             message = str(exc)
             for framework, name in names.items():
-                message = re.sub(rf"\b{name}\b", framework, message)
+                if framework != name:
+                    message = re.sub(rf"\b{name}\b", framework, message)
             raise type(exc)(message) from None
 
     def search_options(self) -> SearchOptions:
-        """These options as the core's :class:`SearchOptions`."""
-        return SearchOptions.build(
-            self.top_k,
-            filters=self.filters,
-            aggregate=self.aggregate,
-            rerank=self.rerank,
-            rerank_top_n=self.rerank_top_n,
-            page_budget=self.page_budget,
-            grid_weight=self.grid_weight,
-            password=self.password,
-            candidates=self.candidates,
-            under=self.under,
-        )
+        """These options as the core's :class:`SearchOptions` (the options a search uses, by name)."""
+        used = {o.name: getattr(self, o.name) for o in OPTIONS if o.search}
+        return SearchOptions.build(used.pop("top_k"), password=self.password, **used)
 
     def override(self, **changes: Any) -> RetrieverOptions:
         """A copy with the given options changed; None values leave an option as it is."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[type-var]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form saved with a store (without the password)."""
-        data = asdict(self)
+        data = asdict(self)  # type: ignore[call-overload]
         data.pop("password")
-        data["filters"] = dict(self.filters) if self.filters else None
-        data["under"] = list(folders(self.under)) or None
+        data["filters"] = dict(data["filters"]) if data["filters"] else None
+        data["under"] = list(folders(data["under"])) or None
         return {"format": _OPTIONS_FORMAT, **data}
 
     @classmethod
@@ -193,9 +131,23 @@ class RetrieverOptions:
         """Rebuild saved options; unknown keys are ignored, a newer format is refused."""
         if data.get("format", _OPTIONS_FORMAT) != _OPTIONS_FORMAT:
             raise ValueError(f"retriever options format {data.get('format')!r} is not supported")
-        names = set(cls.__dataclass_fields__) - {"password"}
         renamed = {_LEGACY_NAMES.get(k, k): v for k, v in data.items()}
-        return cls(**{k: v for k, v in renamed.items() if k in names})
+        return RetrieverOptions(**{k: v for k, v in renamed.items() if k in _BY_NAME})
+
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+RetrieverOptions = make_dataclass(
+    "RetrieverOptions",
+    [(o.name, o.annotation, field(default=o.default)) for o in OPTIONS]
+    + [("password", str | None, field(default=None, repr=False))],
+    bases=(_OptionsBehaviour,),
+    frozen=True,
+)
+RetrieverOptions.__module__ = __name__  # make_dataclass takes ``module=`` only from Python 3.12
+RetrieverOptions.__doc__ = (
+    "The options both retrievers expose (:data:`docpc_retrievers.options.OPTIONS`, one field each, plus "
+    "``password``, which opens encrypted sources and is never saved), checked when the retriever is built."
+)
 
 
 def check_known(given: Iterable[str], known: Iterable[str], who: str) -> None:

@@ -15,8 +15,12 @@ if ! command -v "$PYTHON" >/dev/null; then
   echo "setup: $PYTHON not found; install Python 3.10 or newer (or set PYTHON=/path/to/python3)" >&2
   exit 1
 fi
+if ! version="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"; then
+  echo "setup: $PYTHON does not run here; set PYTHON=/path/to/python3 (3.10 or newer)" >&2
+  exit 1
+fi
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  echo "setup: $("$PYTHON" --version 2>&1) is too old; docpc-retrievers needs Python 3.10 or newer (set PYTHON=...)" >&2
+  echo "setup: Python $version is too old; docpc-retrievers needs Python 3.10 or newer (set PYTHON=...)" >&2
   exit 1
 fi
 

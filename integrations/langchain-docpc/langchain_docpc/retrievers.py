@@ -12,18 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, ImageFormat, PathLike, RetrieverOptions, ReturnImages
+from docpc_retrievers.adapters import PathLike, RetrieverOptions
 from docpc_retrievers.adapters import b64_png, check_known, merge_search_kwargs
 from docpc_retrievers.retriever_parts import StoreEditing, check_search_type
 from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
-from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate
+from docpc_retrievers.config import DEFAULT_TOP_K
+from docpc_retrievers.options import DEFAULT_PAGE_DPI, OPTIONS, framework_names, search_aliases
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.results import Hit
 from docpc_retrievers.store.layout import StoreLayout
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, create_model
 
 __all__ = ["DEFAULT_K", "DEFAULT_PAGE_DPI", "DocPCRetriever"]
 
@@ -32,15 +33,19 @@ DEFAULT_K = DEFAULT_TOP_K
 #: invoke() forwards every keyword it gets; these are LangChain's own and carry no meaning here.
 _IGNORED_KWARGS = frozenset({"verbose"})
 #: Retriever fields that are core options under another name (LangChain spells top k and filters its own way).
-_RENAMED = {"k": "top_k", "filter": "filters"}
+_RENAMED = {name: core for name, core in framework_names("langchain").items() if name != core}
 #: Other names LangChain users write for the same options in search_kwargs.
-_SEARCH_ALIASES = {"top_k": "k", "filters": "filter"}
-_OPTION_FIELDS = ("k", "filter", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                  "return_images", "page_dpi", "image_format", "candidates", "under", "score_threshold",
-                  "min_score_ratio")
+_SEARCH_ALIASES = search_aliases()
+_OPTION_FIELDS = tuple(framework_names("langchain"))
+
+_OptionFields: type[BaseRetriever] = create_model(  # one pydantic field per option of the schema, as LangChain names it
+    "_OptionFields",
+    __base__=BaseRetriever,
+    **{o.langchain: (o.annotation, Field(default=o.default, description=o.doc, **(o.bounds or {}))) for o in OPTIONS},
+)
 
 
-class DocPCRetriever(StoreEditing, BaseRetriever):
+class DocPCRetriever(StoreEditing, _OptionFields):
     """Rank whole PDFs by visual late-interaction (MaxSim) over their composed page grids.
 
     Build one with :meth:`from_pdfs`, :meth:`from_persist_dir` or ``DocPCRetriever(persist_dir=...)`` (read-only),
@@ -55,37 +60,8 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    k: int = Field(default=DEFAULT_K, ge=0)
-    """Documents to return; 0 returns nothing, more than the corpus returns the whole corpus."""
-    filter: dict[str, Any] | None = None
-    """Chroma ``where`` filter on stored metadata, e.g. ``{"total_pages": {"$gte": 2}}``."""
-    aggregate: Aggregate = "max"
-    """Page-mode stores: page scores combined by MaxP (``max``), AvgP (``mean``) or SumP (``sum``)."""
-    rerank: bool = False
-    """Grid-then-page reranking: rescore the top documents from some of their pages at full resolution."""
-    rerank_top_n: int | None = Field(default=None, ge=1)
-    """Documents reranked (core default 20)."""
-    page_budget: int | None = Field(default=None, ge=1)
-    """Pages encoded per reranked document (core default 4)."""
-    grid_weight: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Weight of the grid score in the fused score (core default 0.5)."""
-    return_images: ReturnImages = "grid"
-    """``"grid"``: the composed grid; ``"pages"``: the selected pages; ``"evidence"``: the grid with the
-    query's heat and outlined pages (PNG, why it matched); None: no image."""
-    image_format: ImageFormat = None
-    """Convert every image to this format (some LLM APIs take only PNG or JPEG); None: as made (``image_mime_type``)."""
-    page_dpi: float = Field(default=DEFAULT_PAGE_DPI, gt=0)
-    """Resolution of page images with ``return_images="pages"``."""
-    candidates: int | None = Field(default=None, ge=1)
-    """First-stage count (None: by query length; more: higher recall on large stores, slower)."""
-    under: str | list[str] | None = None
-    """Search only the documents of these folders (or files), matched by path as ``delete`` matches a folder."""
     search_type: str = "similarity"
     """``"similarity"``, or ``"similarity_score_threshold"`` with ``score_threshold`` (LangChain's names)."""
-    score_threshold: float | None = None
-    """Drop hits scoring below this raw MaxSim score (no fixed scale: it grows with the query's length)."""
-    min_score_ratio: float | None = Field(default=None, gt=0.0, le=1.0)
-    """Drop hits scoring below this share of the top hit's score (carries from query to query)."""
     persist_dir: str | None = None
     """Store directory to open read-only when no ``index`` is given."""
     model: str | None = None

@@ -19,6 +19,7 @@ from docpc_retrievers.adapters import check_known, open_index, retrieve, save_op
 from docpc_retrievers.adapters import split_build_options
 from docpc_retrievers.retriever_parts import StoreEditing
 from docpc_retrievers.config import DEFAULT_TOP_K
+from docpc_retrievers.options import framework_names
 from docpc_retrievers.encoders import Encoder
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
@@ -33,10 +34,9 @@ __all__ = ["CONFIG_FILE", "DEFAULT_PAGE_DPI", "DEFAULT_TOP_K", "DocPCRetriever",
 #: Where the retriever's options are kept, inside the store directory.
 CONFIG_FILE = "docpc_retriever.json"
 
-_RENAMED = {"similarity_top_k": "top_k"}  # LlamaIndex's name for a core option
-_OPTION_ATTRS = ("similarity_top_k", "aggregate", "rerank", "rerank_top_n", "page_budget", "grid_weight",
-                 "return_images", "page_dpi", "image_format", "candidates", "under", "score_threshold",
-                 "min_score_ratio")
+_RENAMED = {name: core for name, core in framework_names("llamaindex").items() if name != core}
+#: Options set as attributes (``filters`` is taken apart: LlamaIndex's MetadataFilters or a where dict).
+_OPTION_ATTRS = tuple(name for name in framework_names("llamaindex") if name != "filters")
 
 
 class DocPCRetriever(StoreEditing, BaseRetriever):
@@ -79,8 +79,9 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
         check_known(options, [*_OPTION_ATTRS, "filters", "password", "owns_index", "callback_manager", "verbose"],
                     "DocPCRetriever")
         defaults = RetrieverOptions()
-        for name in _OPTION_ATTRS[1:]:
-            setattr(self, name, options.pop(name, getattr(defaults, name)))
+        for name, core in framework_names("llamaindex").items():
+            if name not in ("similarity_top_k", "filters"):
+                setattr(self, name, options.pop(name, getattr(defaults, core)))
         self._index, self.similarity_top_k, self.filters = index, similarity_top_k, filters
         self._password, self._owns_index = password, owns_index
         self.options()  # every option fails now, not at the first query

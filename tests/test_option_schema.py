@@ -1,0 +1,49 @@
+"""Every retriever option is defined once (docpc_retrievers/options.py): the core's options, both frameworks'
+fields and attributes, LangChain's search_kwargs spellings and the saved options all follow the schema."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from docpc_retrievers.adapters import RetrieverOptions
+from docpc_retrievers.options import OPTIONS, framework_names, search_aliases
+
+
+def test_the_core_options_are_the_schemas_in_its_order_with_its_defaults() -> None:
+    fields = [f for f in dataclasses.fields(RetrieverOptions) if f.name != "password"]
+    assert [(f.name, f.default) for f in fields] == [(o.name, o.default) for o in OPTIONS]
+    assert set(RetrieverOptions().to_dict()) == {"format", *(o.name for o in OPTIONS)}
+
+
+def test_the_langchain_retriever_has_one_field_per_option_with_its_description_and_bounds() -> None:
+    from langchain_docpc.retrievers import DocPCRetriever
+
+    fields = DocPCRetriever.model_fields
+    for option in OPTIONS:
+        field = fields[option.langchain]
+        assert field.default == option.default and field.description == option.doc, option.name
+        for bound, value in (option.bounds or {}).items():
+            assert any(getattr(m, bound, None) == value for m in field.metadata), (option.name, bound)
+    assert framework_names("langchain")["k"] == "top_k" and search_aliases() == {"top_k": "k", "filters": "filter"}
+
+
+def test_the_llamaindex_retriever_takes_every_option_under_its_name() -> None:
+    import inspect
+
+    from llama_index.retrievers.docpc import base
+
+    assert set(base._OPTION_ATTRS) | {"filters"} == set(framework_names("llamaindex"))
+    assert "similarity_top_k" in inspect.signature(base.DocPCRetriever.__init__).parameters
+
+
+@pytest.mark.parametrize(("option", "bad", "says"), [
+    ("min_score_ratio", 2, "min_score_ratio must be in (0, 1]"),
+    ("return_images", "thumbnail", "return_images must be 'grid', 'pages', 'evidence' or None"),
+    ("rerank", "false", "rerank must be True or False"),
+    ("aggregate", "median", "aggregate must be one of max, mean, sum"),
+])
+def test_each_option_is_checked_once_with_the_message_users_see(option: str, bad: object, says: str) -> None:
+    with pytest.raises(ValueError, match=r"^" + says.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        RetrieverOptions(**{option: bad})
