@@ -104,7 +104,7 @@ def run_info(args: argparse.Namespace) -> int:
     from docpc_retrievers.index import DocPCIndex
 
     if args.machine or args.retime:
-        from docpc_retrievers.machine.report import machine_report, machine_report_text
+        from docpc_retrievers.cli.machine_report import machine_report, machine_report_text
 
         report = machine_report(retime=args.retime)
         if args.json:

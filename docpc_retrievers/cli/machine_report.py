@@ -1,5 +1,5 @@
-"""The machine report ``docpc info --machine`` prints: the CPU, the flags that matter, each machine-dependent
-choice with the one-time timings it was made on, so a user can paste one block into a bug report."""
+"""``docpc info --machine``: the CPU, the flags that matter and each machine-dependent choice with the one-time
+timings it was made on, one block a user can paste into a bug report."""
 
 from __future__ import annotations
 
