@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate
 
-__all__ = ["DEFAULT_PAGE_DPI", "IMAGE_FORMATS", "OPTIONS", "RETURN_IMAGES", "ImageFormat", "Option", "ReturnImages",
+__all__ = ["BY_NAME", "DEFAULT_PAGE_DPI", "IMAGE_FORMATS", "OPTIONS", "RETURN_IMAGES", "ImageFormat", "Option", "ReturnImages",
            "framework_names", "search_aliases"]
 
 #: Resolution of page images rendered on demand (``return_images="pages"``).
@@ -76,6 +76,12 @@ class Option:
     aliases: tuple[str, ...] = ()
     bounds: Mapping[str, float] | None = None
     """Numeric bounds (``ge``, ``gt``, ``le``) a framework's field declares, so its schema shows them."""
+    cli: tuple[str, ...] = ()
+    """The command line's flags for it (none: not offered there); the flag's value is given by ``cli_kind``:
+    ``count`` (an integer >= 1), ``flag`` (on when given), ``paths`` (repeatable), ``json`` (a JSON object),
+    ``choice`` (one of the annotation's values)."""
+    cli_kind: str = ""
+    cli_help: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "langchain", self.langchain or self.name)
@@ -84,17 +90,22 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("top_k", DEFAULT_TOP_K, int, "Documents to return; 0 returns nothing, more than the corpus returns the "
-           "whole corpus.", langchain="k", llamaindex="similarity_top_k", aliases=("top_k",), bounds={"ge": 0}),
+           "whole corpus.", langchain="k", llamaindex="similarity_top_k", aliases=("top_k",), bounds={"ge": 0},
+           cli=("-k", "--top-k"), cli_kind="count", cli_help=f"results to return (default {DEFAULT_TOP_K}, at least 1)"),
     Option("filters", None, dict[str, Any] | None, 'Chroma ``where`` filter on stored metadata, e.g. '
-           '``{"total_pages": {"$gte": 2}}``.', nullable=True, langchain="filter", aliases=("filters",)),
+           '``{"total_pages": {"$gte": 2}}``.', nullable=True, langchain="filter", aliases=("filters",),
+           cli=("--where",), cli_kind="json", cli_help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\''),
     Option("aggregate", "max", Aggregate, "Page-mode stores: page scores combined by MaxP (``max``), AvgP "
-           "(``mean``) or SumP (``sum``)."),
+           "(``mean``) or SumP (``sum``).", cli=("--aggregate",), cli_kind="choice",
+           cli_help="page-mode stores only: MaxP (max, default), AvgP or SumP"),
     Option("rerank", False, bool, "Grid-then-page reranking: rescore the top documents from some of their pages "
-           "at full resolution.", check=_flag),
+           "at full resolution.", check=_flag, cli=("--rerank",), cli_kind="flag",
+           cli_help="grid-then-page: rescore the top documents page by page"),
     Option("rerank_top_n", None, int | None, "Documents reranked (core default 20).", nullable=True,
-           bounds={"ge": 1}),
+           bounds={"ge": 1}, cli=("--rerank-top-n",), cli_kind="count", cli_help="documents to rerank (default 20)"),
     Option("page_budget", None, int | None, "Pages encoded per reranked document (core default 4).", nullable=True,
-           bounds={"ge": 1}),
+           bounds={"ge": 1}, cli=("--page-budget",), cli_kind="count",
+           cli_help="pages encoded per reranked document (default 4)"),
     Option("grid_weight", None, float | None, "Weight of the grid score in the fused score (core default 0.5).",
            nullable=True, bounds={"ge": 0.0, "le": 1.0}),
     Option("return_images", "grid", ReturnImages, '``"grid"``: the composed grid; ``"pages"``: the selected pages; '
@@ -106,15 +117,22 @@ OPTIONS: tuple[Option, ...] = (
            "JPEG); None: as made (``image_mime_type``).", nullable=True, search=False,
            check=_one_of("image_format", IMAGE_FORMATS, "'png', 'jpeg', 'webp' or None (as stored)")),
     Option("candidates", None, int | None, "First-stage count (None: by query length; more: higher recall on large "
-           "stores, slower).", nullable=True, bounds={"ge": 1}),
+           "stores, slower).", nullable=True, bounds={"ge": 1}, cli=("--candidates",), cli_kind="count",
+           cli_help="documents the first stage keeps for exact scoring (default: by query length); more: higher "
+                    "recall on large stores, slower"),
     Option("under", None, str | list[str] | None, "Search only the documents of these folders (or files), matched "
-           "by path as ``delete`` matches a folder.", nullable=True),
+           "by path as ``delete`` matches a folder.", nullable=True, cli=("--under",), cli_kind="paths",
+           cli_help="search only the documents of this folder or file (repeat for several)"),
     Option("score_threshold", None, float | None, "Drop hits scoring below this raw MaxSim score (no fixed scale: "
            "it grows with the query's length).", nullable=True, search=False, check=_number_or_none),
     Option("min_score_ratio", None, float | None, "Drop hits scoring below this share of the top hit's score "
            "(carries from query to query).", nullable=True, search=False, check=_share, bounds={"gt": 0.0, "le": 1.0}),
 )
 """The options, in the order frameworks list them."""
+
+
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+"""Each option by its core name."""
 
 
 def framework_names(framework: Literal["langchain", "llamaindex"]) -> dict[str, str]:

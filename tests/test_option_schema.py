@@ -47,3 +47,25 @@ def test_the_llamaindex_retriever_takes_every_option_under_its_name() -> None:
 def test_each_option_is_checked_once_with_the_message_users_see(option: str, bad: object, says: str) -> None:
     with pytest.raises(ValueError, match=r"^" + says.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         RetrieverOptions(**{option: bad})
+
+
+def test_the_commands_search_flags_come_from_the_schema_and_are_left_out_when_not_given() -> None:
+    from docpc_retrievers.cli.app import build_parser
+    from docpc_retrievers.cli.common import option_values
+    from docpc_retrievers.cli.search import SEARCH_OPTIONS
+    from docpc_retrievers.cli.show import SHOW_OPTIONS
+    from docpc_retrievers.options import BY_NAME
+
+    parser = build_parser()
+    search = parser.parse_args(["search", "q", "--store", "s"])
+    for name in (*SEARCH_OPTIONS, *SHOW_OPTIONS):
+        assert BY_NAME[name].cli, name  # every flag the commands offer is an option of the schema
+    flags = {s for a in search.commands["search"]._actions for s in a.option_strings}
+    assert {f for n in SEARCH_OPTIONS for f in BY_NAME[n].cli} <= flags
+    assert option_values(search, SEARCH_OPTIONS) == {}  # nothing given: the core's defaults apply
+    given = parser.parse_args(["search", "q", "--store", "s", "-k", "3", "--where", '{"year": 2024}', "--under",
+                               "a", "--under", "b", "--rerank", "--rerank-top-n", "7", "--candidates", "99"])
+    assert option_values(given, SEARCH_OPTIONS) == {"top_k": 3, "filters": {"year": 2024}, "under": ["a", "b"],
+                                                    "rerank": True, "rerank_top_n": 7, "candidates": 99}
+    shown = parser.parse_args(["show", "q", "--store", "s", "--under", "x", "-k", "2"])
+    assert option_values(shown, SHOW_OPTIONS) == {"top_k": 2, "under": ["x"]}

@@ -41,6 +41,38 @@ class UsageError(Exception):
     """Bad arguments found after parsing; reported like argparse's own errors (exit 2)."""
 
 
+def add_option_flags(p: argparse.ArgumentParser, names: Sequence[str], **helps: str) -> None:
+    """The flags of these options (docpc_retrievers/options.py), each stored under its core name and None when not
+    given (the core's default then applies); ``helps`` replaces an option's help text for this command."""
+    from typing import get_args
+
+    from docpc_retrievers.options import BY_NAME
+
+    for name in names:
+        option = BY_NAME[name]
+        kwargs: dict[str, Any] = {"dest": name, "help": helps.get(name, option.cli_help), "default": None}
+        if option.cli_kind == "count":
+            kwargs["type"] = positive_int
+        elif option.cli_kind == "flag":
+            kwargs.update(action="store_true", default=False)
+        elif option.cli_kind == "paths":
+            kwargs.update(action="append", metavar="PATH")
+        elif option.cli_kind == "json":
+            kwargs["metavar"] = "JSON"
+        elif option.cli_kind == "choice":
+            kwargs["choices"] = get_args(option.annotation)
+        p.add_argument(*option.cli, **kwargs)
+
+
+def option_values(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The options given on the command line, by core name (a ``--where`` parsed and checked); those not given are
+    left out, so the core's defaults apply."""
+    values = {name: getattr(args, name) for name in names if getattr(args, name) not in (None, False)}
+    if "filters" in values:
+        values["filters"] = parse_where(values["filters"])
+    return values
+
+
 def query_text(text: str) -> str:
     """A query argument, checked as every query is (:func:`docpc_retrievers.queries.check_query`)."""
     from docpc_retrievers.queries import check_query

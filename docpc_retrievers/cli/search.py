@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from docpc_retrievers.cli.common import (
-    EXIT_OK, UsageError, add_store_options, emit, encoder_options, explain_no_match, parse_where, positive_int,
-    query_text,
-    store_kwargs,
+    EXIT_OK, UsageError, add_option_flags, add_store_options, emit, encoder_options, explain_no_match, option_values,
+    query_text, store_kwargs,
 )
-from docpc_retrievers.config import AGGREGATES, DEFAULT_TOP_K
+from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.serve.client import SERVER_ENV
 
@@ -30,6 +29,8 @@ __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_bat
 
 QUERY_BATCH = 16
 """Queries encoded and searched together: one batch's results are printed before the next is read."""
+SEARCH_OPTIONS = ("top_k", "filters", "under", "aggregate", "rerank", "rerank_top_n", "page_budget", "candidates")
+"""The search options ``docpc search`` offers as flags (docpc_retrievers/options.py defines each once)."""
 
 
 def page_ranges(pages: list[int]) -> str:
@@ -64,22 +65,7 @@ def register(sub: Any) -> None:
         help="ask a running `docpc serve` at URL instead of loading the store and model here "
         "(default: $DOCPC_SERVER; its token from $DOCPC_SERVE_TOKEN)",
     )
-    p.add_argument("-k", "--top-k", type=positive_int, default=DEFAULT_TOP_K,
-                   help=f"results to return (default {DEFAULT_TOP_K}, at least 1)")
-    p.add_argument("--where", help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'')
-    p.add_argument("--under", action="append", metavar="PATH",
-                   help="search only the documents of this folder or file (repeat for several)")
-    p.add_argument(
-        "--aggregate", choices=AGGREGATES, help="page-mode stores only: MaxP (max, default), AvgP or SumP"
-    )
-    p.add_argument("--rerank", action="store_true", help="grid-then-page: rescore the top documents page by page")
-    p.add_argument("--rerank-top-n", type=positive_int, default=20, help="documents to rerank (default 20)")
-    p.add_argument("--page-budget", type=positive_int, default=4, help="pages encoded per reranked document (default 4)")
-    p.add_argument(
-        "--candidates", type=positive_int,
-        help="documents the first stage keeps for exact scoring (default: by query length); more: higher "
-        "recall on large stores, slower",
-    )
+    add_option_flags(p, SEARCH_OPTIONS)
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
     p.set_defaults(func=run)
 
@@ -155,13 +141,13 @@ def run(args: argparse.Namespace) -> int:
     """``docpc search``: prints the ranked documents (or JSON) for each query."""
     from docpc_retrievers.index import DocPCIndex
 
-    where = parse_where(args.where)
+    options = option_values(args, SEARCH_OPTIONS)
     if not args.query and args.queries is None:
         raise UsageError("give a query, or --queries FILE (- for standard input)")
     many = len(args.query) > 1 or args.queries is not None  # the output format follows the arguments, not the count
     server = args.server or os.environ.get(SERVER_ENV)
     if server:
-        return _run_remote(args, server, where, many)
+        return _run_remote(args, server, options, many)
     if args.store is None:
         raise UsageError("give --store PATH (or --server URL to ask a running docpc serve)")
     stream = _open_queries(args.queries) if args.queries is not None else None
@@ -169,32 +155,21 @@ def run(args: argparse.Namespace) -> int:
         with DocPCIndex(
             args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)
         ) as index:
-            if args.aggregate is not None and index.settings.mode != "page":
+            if "aggregate" in options and index.settings.mode != "page":
                 raise UsageError(
                     f"--aggregate applies to page-mode stores only; {args.store} is a {index.settings.mode}-mode "
                     "store (one grid per document: there are no page scores to combine)"
                 )
             n, empty = 0, False
             for batch in _query_batches(args, stream):
-                answers = index.search_batch(
-                    batch,
-                    args.top_k,
-                    filters=where,
-                    aggregate=args.aggregate or "max",
-                    rerank=args.rerank,
-                    rerank_top_n=args.rerank_top_n,
-                    page_budget=args.page_budget,
-                    password=args.password,
-                    candidates=args.candidates,
-                    under=args.under,
-                )
+                answers = index.search_batch(batch, password=args.password, **options)
                 for query, results in zip(batch, answers):
                     n += 1
                     empty = empty or not results
                     _print(results, args.json, (n, query) if many else None)
                 sys.stdout.flush()  # a reader at the other end of a pipe gets each batch as it is answered
             if empty:
-                explain_no_match(index.store, where, args.under)
+                explain_no_match(index.store, options.get("filters"), args.under)
             if n == 0:
                 raise UsageError("--queries held no query (only blank lines)")
     finally:
@@ -203,13 +178,14 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_remote(args: argparse.Namespace, server: str, where: dict[str, Any] | None, many: bool) -> int:
+def _run_remote(args: argparse.Namespace, server: str, options: dict[str, Any], many: bool) -> int:
     """``docpc search --server URL``: each query answered by the server; printed as a local search prints."""
     from docpc_retrievers.results import SearchResult
     from docpc_retrievers.serve.client import remote_search
 
     local_only = [flag for flag, value in (("--model", args.model), ("--aggregate", args.aggregate),
-                                           ("--candidates", args.candidates), ("--password", args.password))
+                                           ("--candidates", args.candidates), ("--password", args.password),
+                                           ("--rerank-top-n", args.rerank_top_n), ("--page-budget", args.page_budget))
                   if value is not None]
     if local_only:
         raise UsageError(f"{', '.join(local_only)} cannot be sent to a server (its own settings apply)")
@@ -219,7 +195,8 @@ def _run_remote(args: argparse.Namespace, server: str, where: dict[str, Any] | N
         for batch in _query_batches(args, stream):
             for query in batch:
                 n += 1
-                found = remote_search(server, query, args.top_k, filters=where, under=args.under, rerank=args.rerank)
+                found = remote_search(server, query, options.get("top_k", DEFAULT_TOP_K), filters=options.get("filters"),
+                                      under=args.under, rerank=args.rerank)
                 results = found if args.json else [SearchResult.from_dict(d) for d in found]
                 _print(results, args.json, (n, query) if many else None, as_dicts=args.json)
                 sys.stdout.flush()

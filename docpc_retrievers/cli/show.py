@@ -6,15 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.cli.common import (
-    EXIT_OK, UsageError, add_store_options, emit, encoder_options, explain_no_match, parse_where, positive_int,
-    query_text,
-    store_kwargs,
+    EXIT_OK, UsageError, add_option_flags, add_store_options, emit, encoder_options, explain_no_match, option_values,
+    positive_int, query_text, store_kwargs,
 )
+from docpc_retrievers.config import DEFAULT_TOP_K
 
-__all__ = ["DEFAULT_REPORT", "register"]
+__all__ = ["DEFAULT_REPORT", "SHOW_OPTIONS", "register"]
 
+SHOW_OPTIONS = ("top_k", "filters", "under", "rerank")
+"""The search options ``docpc show`` offers as flags (docpc_retrievers/options.py defines each once)."""
 DEFAULT_REPORT = "docpc-report.html"
 """Where ``docpc show`` writes its report when given neither ``--out`` nor ``--png``."""
 
@@ -24,17 +25,17 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="explain why documents matched: heat over the grid, page crops, an HTML report")
     p.add_argument("query", type=query_text, help="the query text")
     add_store_options(p)
-    p.add_argument("-k", "--top-k", type=positive_int, default=DEFAULT_TOP_K,
-                   help=f"hits to explain (default {DEFAULT_TOP_K})")
-    p.add_argument("--where", help="explain the hits of a filtered search: a Chroma metadata filter (JSON)")
-    p.add_argument("--under", action="append", metavar="PATH",
-                   help="explain the hits among this folder's or file's documents only (repeat for several)")
+    add_option_flags(
+        p, SHOW_OPTIONS, top_k=f"hits to explain (default {DEFAULT_TOP_K})",
+        filters="explain the hits of a filtered search: a Chroma metadata filter (JSON)",
+        under="explain the hits among this folder's or file's documents only (repeat for several)",
+        rerank="rerank first and show the pages it scored",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", type=Path, help="write one self-contained HTML report here (default: docpc-report.html "
                      "in the current folder)")
     out.add_argument("--png", type=Path, metavar="DIR", help="write each hit's pictures as PNG files under DIR")
     p.add_argument("--pages", type=positive_int, default=2, help="top pages cropped per hit (default 2)")
-    p.add_argument("--rerank", action="store_true", help="rerank first and show the pages it scored")
     p.add_argument("--dpi", type=float, default=144.0, help="resolution of the page crops (default 144)")
     p.add_argument("--password", help="password for encrypted sources")
     p.set_defaults(func=run)
@@ -47,14 +48,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dpi <= 0:
         raise UsageError("--dpi must be positive")
-    where = parse_where(args.where)
+    options = option_values(args, SHOW_OPTIONS)
     if args.out is None and args.png is None:
         args.out = Path(DEFAULT_REPORT)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        results = index.search(args.query, args.top_k, filters=where, rerank=args.rerank, password=args.password,
-                               under=args.under)
+        results = index.search(args.query, password=args.password, **options)
         if not results:
-            explain_no_match(index.store, where, args.under)
+            explain_no_match(index.store, options.get("filters"), args.under)
         explained = [r.explain(top_pages=args.pages, dpi=args.dpi, password=args.password) for r in results]
         model = index.model
     written: list[str] = []
