@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import platform
-from pathlib import Path
+from docpc_retrievers.machine import this_cpu
 
 
 def cpu_name() -> str:
-    """The CPU's model name (Linux), else what the platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """The CPU's model name, as the package reads it (docpc_retrievers/machine/cpu.py)."""
+    return this_cpu().model

@@ -27,7 +27,7 @@ from docpc_retrievers.errors import DocumentNotFoundError, PDFLoadError
 from docpc_retrievers.image_bytes import MIME_TYPES, b64_png, convert_image, png_bytes
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.options import (
-    DEFAULT_PAGE_DPI, IMAGE_FORMATS, OPTIONS, RETURN_IMAGES, ImageFormat, ReturnImages,
+    BY_NAME, DEFAULT_PAGE_DPI, IMAGE_FORMATS, OPTIONS, RETURN_IMAGES, ImageFormat, ReturnImages,
 )
 from docpc_retrievers.queries import check_query
 from docpc_retrievers.results import Hit, SearchResult
@@ -132,10 +132,9 @@ class _OptionsBehaviour:
         if data.get("format", _OPTIONS_FORMAT) != _OPTIONS_FORMAT:
             raise ValueError(f"retriever options format {data.get('format')!r} is not supported")
         renamed = {_LEGACY_NAMES.get(k, k): v for k, v in data.items()}
-        return RetrieverOptions(**{k: v for k, v in renamed.items() if k in _BY_NAME})
+        return RetrieverOptions(**{k: v for k, v in renamed.items() if k in BY_NAME})
 
 
-_BY_NAME = {o.name: o for o in OPTIONS}
 RetrieverOptions = make_dataclass(
     "RetrieverOptions",
     [(o.name, o.annotation, field(default=o.default)) for o in OPTIONS]
