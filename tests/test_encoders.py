@@ -143,8 +143,46 @@ def test_preparing_the_next_batch_ahead_changes_no_vector(
         assert np.array_equal(a, b)
 
 
+def test_the_image_processor_runs_where_its_device_says_with_the_same_vectors(
+    tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder, mixed_images: list[Image.Image]
+) -> None:
+    """On CUDA the encoder sets the image processor's ``device`` (pixels made on the GPU); on a CPU it leaves it
+    unset. The path it takes (the processor's torchvision backend told a device) gives the same vectors."""
+    from docpc_retrievers.encoders.colpali import _process_images_on
+
+    assert not tiny_encoder.processes_on_device
+    assert getattr(tiny_encoder.processor.image_processor, "device", None) is None
+    told = ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32", prefetch=True)
+    told.processor.image_processor.device = "cpu"
+    for a, b in zip(told.encode_images(mixed_images, batch_size=2), tiny_encoder.encode_images(mixed_images),
+                    strict=True):
+        assert np.array_equal(a, b)
+    assert _process_images_on(told.processor, "cuda:0") and told.processor.image_processor.device == "cuda:0"
+
+    class NoDevice:
+        image_processor = type("P", (), {"_valid_kwargs_names": ["size"]})()
+
+    assert not _process_images_on(NoDevice(), "cuda")
+
+
+def test_batches_are_cast_to_the_model_dtype_where_they_are_made(tiny_checkpoint: Path) -> None:
+    """The helper casts floating inputs to the model's dtype before they move (half the bytes to copy in bfloat16);
+    integer inputs keep theirs."""
+    import torch
+
+    from docpc_retrievers.encoders.batches import feed
+
+    def process(batch: list[int]) -> dict:
+        return {"pixel_values": torch.full((len(batch), 3), 0.1), "input_ids": torch.tensor(batch), "note": "x"}
+
+    seen = list(feed([[1, 2], [3]], process, device="cpu", dtype=torch.bfloat16, ahead=True))
+    assert [inputs["input_ids"].tolist() for _, inputs in seen] == [[1, 2], [3]]
+    assert all(inputs["pixel_values"].dtype == torch.bfloat16 for _, inputs in seen)
+    assert seen[0][1]["input_ids"].dtype == torch.int64 and seen[0][1]["note"] == "x"
+
+
 def test_a_failing_batch_stops_the_preparation_ahead() -> None:
-    from docpc_retrievers.encoders.colpali import _prepared
+    from docpc_retrievers.encoders.batches import prepared
 
     seen: list[int] = []
 
@@ -153,9 +191,9 @@ def test_a_failing_batch_stops_the_preparation_ahead() -> None:
         return {"n": batch[0]}
 
     batches = [[i] for i in range(6)]
-    assert [b["n"] for b in _prepared(batches, process, True, False)] == list(range(6))
+    assert [b["n"] for b in prepared(batches, process, True)] == list(range(6))
     seen.clear()
-    for b in _prepared(batches, process, True, False):
+    for b in prepared(batches, process, True):
         if b["n"] == 1:
             break
     assert seen[:2] == [0, 1] and len(seen) <= 3  # at most the one batch ahead was prepared after the stop
