@@ -524,3 +524,47 @@ def test_default_dtype_per_device() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             encoders.pick_device("cuda")
+
+
+def test_the_blocks_are_compiled_only_past_the_threshold_and_only_for_images(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, mixed_images: list[Image.Image]
+) -> None:
+    """On CUDA the repeated blocks compile once a process has encoded more than DOCPC_COMPILE_AFTER images (5,000 by
+    default); never on a CPU unless the variable asks. Queries keep the eager blocks; a compile that fails leaves the
+    encoder eager with the same vectors."""
+    from docpc_retrievers.encoders import compiled as compiled_module
+    from docpc_retrievers.encoders.compiled import DEFAULT_COMPILE_AFTER, compile_after, repeated_blocks
+
+    monkeypatch.delenv("DOCPC_COMPILE_AFTER", raising=False)
+    assert compile_after("cuda") == DEFAULT_COMPILE_AFTER == 5000 and compile_after("cpu") is None
+    monkeypatch.setenv("DOCPC_COMPILE_AFTER", "never")
+    assert compile_after("cuda") is None
+    monkeypatch.setenv("DOCPC_COMPILE_AFTER", "-3")
+    with pytest.raises(ValueError, match="DOCPC_COMPILE_AFTER"):
+        compile_after("cuda")
+    monkeypatch.setenv("DOCPC_COMPILE_AFTER", "3")
+    assert compile_after("cuda:0") == 3
+
+    encoder = ColPaliEncoder(tiny_checkpoint, device="cpu", dtype="float32")
+    assert encoder.compiled.after is None and not encoder.compiled.active
+    blocks = repeated_blocks(encoder.model)
+    assert len({type(b).__name__ for b in blocks}) == 2 and len(blocks) == 4  # the vision blocks, the decoder layers
+    eager = encoder.encode_images(mixed_images, batch_size=2)
+
+    # Force the threshold on a CPU and make the compiler fail: the encoder goes on eagerly, same vectors.
+    encoder.compiled.after = 2
+    calls: list[int] = []
+
+    def failing_compile(fn: object, *args: object, **kwargs: object) -> object:
+        def run(*a: object, **k: object) -> object:
+            calls.append(1)
+            raise RuntimeError("no compiler")
+        return run
+
+    monkeypatch.setattr("torch.compile", failing_compile)
+    again = encoder.encode_images(mixed_images, batch_size=2)
+    assert calls and encoder.compiled.broken and not encoder.compiled.active
+    for a, b in zip(again, eager, strict=True):
+        assert np.array_equal(a, b)
+    assert all(getattr(b, "_compiled_call_impl", None) is None for b in blocks)
+    del compiled_module

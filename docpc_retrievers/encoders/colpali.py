@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
 from docpc_retrievers.encoders.batches import feed
+from docpc_retrievers.encoders.compiled import CompiledBlocks, compile_after
 from docpc_retrievers.encoders.checkpoints import _Checkpoint, _how_to_fix, _inspect_checkpoint
 from docpc_retrievers.encoders.families import _FAMILIES, DEFAULT_MODEL, _Family, _family_from_config, _normalise_family
 from docpc_retrievers.encoders.identity import ModelIdentity
@@ -116,6 +117,8 @@ class ColPaliEncoder:
     ``mask_non_image_embeddings``: keep only visual-token rows of image embeddings
     (prompt-token rows are dropped, not stored as zero vectors).
     ``local_files_only``: None = automatic (True under HF_HUB_OFFLINE or when the Hub is unreachable).
+    On CUDA the image processor runs on the GPU (``processes_on_device``) and a process that has encoded 5,000
+    images compiles the model's repeated blocks (``compiled``; encoders/compiled.py says when and why).
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class ColPaliEncoder:
             raise ModelLoadError(f"Loaded model {self.model_id!r} does not expose its embedding dim.")
         self._image_token_id = self._find_image_token_id()
         self.processes_on_device: bool = _process_images_on(self._processor, self.device)
+        self.compiled = CompiledBlocks(self._model, compile_after(self.device))
         logger.info(
             "loaded %s (%s) on %s/%s, dim %d, in %.1f s",
             self.model_id,
@@ -336,7 +340,7 @@ class ColPaliEncoder:
         # Batch similar sizes together (less pixel padding), then restore input order.
         order = sorted(range(len(images)), key=lambda i: images[i].size[0] * images[i].size[1])
         encoded = self._run_batches(
-            [images[i] for i in order], self._processor.process_images, self._split_images, batch_size
+            [images[i] for i in order], self._processor.process_images, self._split_images, batch_size, images=True
         )
         result: list[EncodedImage | None] = [None] * len(images)
         for position, item in zip(order, encoded):
@@ -375,6 +379,8 @@ class ColPaliEncoder:
         process: Callable[[list[_T]], Any],
         split: Callable[[Any, np.ndarray], list[_R]],
         batch_size: int | None,
+        *,
+        images: bool = False,
     ) -> list[_R]:
         """Process, forward and split ``items`` in batches under ``torch.inference_mode``."""
         torch = self._torch
@@ -385,10 +391,22 @@ class ColPaliEncoder:
         batches = [items[s : s + size] for s in range(0, len(items), size)]
         for batch, inputs in feed(batches, process, device=self.device, dtype=self.dtype, ahead=self.prefetch):
             with self._forward_lock, torch.inference_mode():
-                embeddings = self._model(**inputs)
+                embeddings = self._forward(inputs, len(batch) if images else 0)
             array = embeddings.to(dtype=torch.float32, device="cpu").numpy()
             out.extend(split(batch, array))
         return out
+
+    def _forward(self, inputs: dict[str, Any], images: int) -> Any:
+        """One forward pass; image batches through the compiled blocks once a run is long enough (compiled.py)."""
+        compiled = False
+        try:
+            with self.compiled.around(images) as compiled:
+                return self._model(**inputs)
+        except Exception as exc:
+            if not compiled:
+                raise
+            self.compiled.failed(exc)
+        return self._model(**inputs)
 
     def _keep_rows(self, batch: Any, index: int) -> np.ndarray:
         """Rows to keep for one sequence: attention mask (pad rows are zero or even NaN with sdpa)."""
