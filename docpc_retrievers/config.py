@@ -349,6 +349,8 @@ class SearchOptions:
     store's own count by query length); more find more of the exact top k, more slowly.
     ``under``: only documents whose source lies in one of these folders (or is one of these files), matched by
     path as ``delete`` matches a folder, whether or not the files are still on disk.
+    ``grids``: each result comes with its grid preview (``SearchResult.grid_image``), read in the same pass as its
+    metadata, so a document deleted meanwhile gives its slot to the next one instead of lacking its picture.
     """
 
     top_k: int = DEFAULT_TOP_K
@@ -359,6 +361,7 @@ class SearchOptions:
     password: str | None = field(default=None, repr=False)
     candidates: int | None = None
     under: tuple[str, ...] = ()
+    grids: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:

@@ -61,9 +61,14 @@ class SearchResult:
     reranked: bool = False
     rerank_error: str | None = None
     """Why reranking was asked for this document and could not run (its source unreadable): it kept its grid score."""
+    text: str | None = field(default=None, repr=False, compare=False)
+    """The text layer of the selected pages, read with the hit (None where the search did not read it)."""
+    grid_image: bytes | None = field(default=None, repr=False, compare=False)
+    """The grid preview's bytes (lossless WebP), read with the hit when the search was asked for them (``grids``)."""
 
     @classmethod
-    def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any]) -> SearchResult:
+    def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any],
+                      text: str | None = None) -> SearchResult:
         """A result from stored metadata; a PDF without a title is titled by its file name, in ``metadata`` too."""
         title = metadata.get("title") or metadata.get("file_name")
         if title and not metadata.get("title"):
@@ -77,6 +82,7 @@ class SearchResult:
             total_pages=metadata.get("total_pages"),
             selected_pages=list(metadata.get("selected_pages") or []),
             metadata=dict(metadata),
+            text=text,
         )
 
     def attach(self, query: str, explain: Callable[..., Explanation], preview: Callable[[str], bytes] | None = None) -> SearchResult:

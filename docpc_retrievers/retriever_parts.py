@@ -1,5 +1,4 @@
-"""What both framework retrievers are made of besides their options: editing the store through the retriever, and
-LangChain's search types (MMR refused with the reason)."""
+"""What both framework retrievers are made of besides their options: editing the store through the retriever."""
 
 from __future__ import annotations
 
@@ -11,30 +10,10 @@ from docpc_retrievers.documents.user_metadata import UserMetadata
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.results import IndexReport
 
-__all__ = ["SEARCH_TYPES", "StoreEditing", "check_search_type"]
+__all__ = ["StoreEditing"]
 
 _Editing = TypeVar("_Editing", bound="StoreEditing")
 """The retriever class itself (``typing.Self`` needs Python 3.11; the package supports 3.10)."""
-
-SEARCH_TYPES = ("similarity", "similarity_score_threshold")
-"""LangChain's search types the retrievers take: plain similarity, and similarity above ``score_threshold``."""
-_NO_MMR = (
-    "search_type='mmr' is not offered: maximal marginal relevance trades a hit's relevance against its similarity "
-    "to hits already taken, on one scale. DocPC's relevance is MaxSim, a sum over the query's tokens with no fixed "
-    "scale, and two documents have no MaxSim between them on that scale (it is asymmetric and grows with their "
-    "vector counts). Use min_score_ratio to drop weak hits, or under=/filter= to draw hits from chosen folders"
-)
-
-
-def check_search_type(search_type: str, score_threshold: float | None) -> None:
-    """A LangChain ``search_type`` this retriever honours, or ValueError saying why not (MMR: see ``_NO_MMR``)."""
-    if search_type == "mmr":
-        raise ValueError(_NO_MMR)
-    if search_type not in SEARCH_TYPES:
-        raise ValueError(f"search_type must be one of {', '.join(SEARCH_TYPES)}, got {search_type!r}")
-    if search_type == "similarity_score_threshold" and score_threshold is None:
-        raise ValueError("search_type='similarity_score_threshold' needs score_threshold (in search_kwargs)")
-
 
 class StoreEditing:
     """What both framework retrievers do with their store: add and delete documents, close what they opened.

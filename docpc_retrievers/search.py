@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -21,7 +20,6 @@ from docpc_retrievers.catalog import ids_under
 from docpc_retrievers.config import IndexSettings, SearchOptions
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.encoders import Encoder
-from docpc_retrievers.errors import DocumentNotFoundError
 from docpc_retrievers.explain.explainer import Explainer
 from docpc_retrievers.rerank import PageReranker, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
@@ -33,9 +31,6 @@ from docpc_retrievers.store.page_cache import PageEmbeddingCache, cache_fingerpr
 __all__ = ["Searcher", "check_queries"]
 
 logger = logging.getLogger(__name__)
-
-#: Extra hits asked of the store (at most this many, at most the depth) to fill slots of documents deleted meanwhile.
-_SPARE_HITS = 4
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
@@ -75,14 +70,15 @@ class Searcher:
             return [[] for _ in texts]
         vectors = self._encoder().encode_queries(texts)
         depth = options.depth
-        # A few spare hits: one deleted by another writer before its evidence is read gives its slot to the next.
+        # Each hit comes with its text and vectors from the store's one read: a document deleted by another writer
+        # meanwhile has already given its slot to the next one there, so nothing below fails on it.
         hits = self.store.search_batch(
-            vectors, depth + min(depth, _SPARE_HITS), where=options.filters, ids=within, aggregate=options.aggregate,
-            n_candidates=options.candidates,
+            vectors, depth, where=options.filters, ids=within, aggregate=options.aggregate,
+            n_candidates=options.candidates, with_text=True, with_vectors=True, with_grid=options.grids,
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):
-            results = self._live_with_evidence(per_query, q, depth)
+            results = [self.with_evidence(hit, q) for hit in per_query]
             if options.rerank:
                 with self._rerank_lock:
                     results = rerank_results(
@@ -94,21 +90,10 @@ class Searcher:
             out.append(ranked)
         return out
 
-    def _live_with_evidence(self, hits: Sequence[ScoredDocument], query: np.ndarray, depth: int) -> list[SearchResult]:
-        """The first ``depth`` hits with their evidence, skipping documents deleted since the store ranked them."""
-        results: list[SearchResult] = []
-        for hit in hits:
-            if len(results) == depth:
-                break
-            try:
-                results.append(self.with_evidence(hit, query))
-            except DocumentNotFoundError:
-                logger.debug("document %s was deleted during the search; skipped", hit.id)
-        return results
-
     def with_evidence(self, hit: ScoredDocument, query: np.ndarray) -> SearchResult:
         """A result with its evidence pages: grid attribution, or page-mode page scores."""
-        result = SearchResult.from_metadata(hit.id, hit.score, 0, hit.metadata)
+        result = replace(SearchResult.from_metadata(hit.id, hit.score, 0, hit.metadata, text=hit.text),
+                         grid_image=hit.grid)
         meta = hit.metadata
         pages = result.selected_pages
         label = dict(zip(pages, list(meta.get("selected_labels") or [])))
@@ -118,21 +103,24 @@ class Searcher:
                 ev.sort(key=lambda e: (-(e.score or 0.0), e.page))
                 return replace(result, evidence_pages=ev)
             return result
-        shares = self._grid_shares(hit.id, meta, query)
+        shares = self._grid_shares(hit, query)
         if shares is None:
             return result
         ev = [EvidencePage(p, share=shares.get(p - 1, 0.0), label=label.get(p)) for p in pages]
         ev.sort(key=lambda e: (-(e.share or 0.0), e.page))
         return replace(result, evidence_pages=ev)
 
-    def _grid_shares(self, doc_id: str, meta: Mapping[str, Any], query: np.ndarray) -> dict[int, float] | None:
+    def _grid_shares(self, hit: ScoredDocument, query: np.ndarray) -> dict[int, float] | None:
         """Share of the grid MaxSim per page (0-based), or None when the token geometry is unknown."""
-        raw_grid, raw_layout = meta.get("token_grid"), meta.get("layout")
+        raw_grid, raw_layout = hit.metadata.get("token_grid"), hit.metadata.get("layout")
         if not raw_grid or not raw_layout:
             return None
         grid = TokenGrid.from_dict(json.loads(str(raw_grid)))
         layout = GridLayout.from_dict(json.loads(str(raw_layout)))
-        vectors, anchors = self.store.vectors_with_anchors(doc_id)
+        if hit.vectors is None:  # a hit from a search that did not read them
+            vectors, anchors = self.store.vectors_with_anchors(hit.id)
+        else:
+            vectors, anchors = hit.vectors, hit.anchors
         return evidence_shares(query, vectors, grid, token_pages(layout, grid.rows, grid.cols), anchors)
 
     @property

@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -80,26 +81,28 @@ def test_no_import_cycles() -> None:
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize(
-    ("path", "limit"),
-    [
-        ("docpc_retrievers/index.py", 250),
-        ("integrations/langchain-docpc/langchain_docpc/retrievers.py", 200),
-        ("integrations/llama-index-retrievers-docpc/llama_index/retrievers/docpc/base.py", 200),
-    ],
-)
-def test_facades_stay_small(path: str, limit: int) -> None:
-    lines = len((ROOT / path).read_text().splitlines())
-    assert lines <= limit, f"{path} has {lines} lines (limit {limit}): move the work into a module named for it"
+SIZE_GUIDE = 400
+"""Lines a module of the package or an integration is expected to stay near: past it, read it for a second job."""
+SIZE_CEILING = 600
+"""Lines past which a module surely does two jobs."""
+
+
+def test_modules_are_split_by_job_with_a_size_guide() -> None:
+    """Modules are split by what they do, not trimmed to a number: those past the guide are listed as a warning,
+    and none may pass the ceiling."""
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    over_guide = sorted((n, lines) for n, lines in sizes.items() if lines > SIZE_GUIDE)
+    if over_guide:
+        warnings.warn(f"modules past the {SIZE_GUIDE}-line guide (a second job to move out?): {over_guide}",
+                      stacklevel=1)
+    assert max(sizes.values()) <= SIZE_CEILING, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
 
 
 def test_store_modules_stay_small_and_search_has_its_own_room() -> None:
-    """No store module over 500 lines and no search module over 400; the backends, their interface and
-    configuration and exact scoring live in store/search/, pooling with the encoders, and the store never reaches
-    back into document rendering."""
+    """The backends, their interface and configuration and exact scoring live in store/search/, the search read
+    end to end stays short, pooling lives with the encoders, and the store never reaches back into rendering."""
     store = PACKAGE / "store"
     sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in store.rglob("*.py")}
-    assert max(sizes.values()) <= 500, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
     assert {"backend.py", "config.py", "centroid_search.py", "scan.py", "ranking.py"} <= {
         p.name for p in (store / "search").glob("*.py")}
     assert max(v for k, v in sizes.items() if "/search/" in k) <= 400

@@ -318,11 +318,22 @@ class ChromaEngine:
     @_translated
     def texts(self, ids: Sequence[str]) -> dict[str, str]:
         """Full text of documents (the record's text, or the overflow payload when it was longer)."""
-        got = self.docs.get(ids=list(ids), include=["documents", "metadatas"])
-        out = {i: (d or "") for i, d in zip(got["ids"], got["documents"] or [])}
-        long = [i for i, m in zip(got["ids"], got["metadatas"]) if int((m or {}).get("_t", 0))]
+        return {doc_id: text for doc_id, (_, text) in self.texts_and_records(ids).items()}
+
+    @_translated
+    def texts_and_records(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], str]]:
+        """Each stored document's metadata (without the summary) and full text, from one read of its record."""
+        if not ids:
+            return {}
+        got = self.docs.get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
+        out: dict[str, tuple[dict[str, Any], str]] = {}
+        for doc_id, text, meta in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
+            meta = dict(meta or {})
+            meta.pop("_summary", None)
+            out[doc_id] = (meta, text or "")
+        long = [i for i, (m, _) in out.items() if int(m.get("_t", 0))]
         for doc_id, data in self.payload(long, "t").items():
-            out[doc_id] = data.decode("utf-8")
+            out[doc_id] = (out[doc_id][0], data.decode("utf-8"))
         return out
 
     @_translated

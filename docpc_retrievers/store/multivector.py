@@ -27,6 +27,7 @@ from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.chroma_client import chroma_client, require_collection
 from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine
+from docpc_retrievers.store.hit_reads import hit_reader
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
 from docpc_retrievers.store.payload import read_grid
@@ -393,10 +394,14 @@ class MultiVectorStore:
         self._ensure_loaded()
         if doc_id not in self._n:
             raise DocumentNotFoundError(doc_id, self.path)
-        data = read_grid(self.layout.cached_grid(doc_id), lambda: self.engine.payload([doc_id], "g").get(doc_id))
+        data = self._grid_bytes(doc_id)
         if data is None:
             raise DocumentNotFoundError(doc_id, self.path)
         return data
+
+    def _grid_bytes(self, doc_id: str) -> bytes | None:
+        """The grid preview's bytes from the local cache, else Chroma (then cached); None when there is none."""
+        return read_grid(self.layout.cached_grid(doc_id), lambda: self.engine.payload([doc_id], "g").get(doc_id))
 
     @synchronized
     def total_vectors(self) -> int:
@@ -444,6 +449,9 @@ class MultiVectorStore:
         n_candidates: int | None = None,
         exhaustive: bool = False,
         aggregate: str = "max",
+        with_text: bool = False,
+        with_vectors: bool = False,
+        with_grid: bool = False,
     ) -> list[list[ScoredDocument]]:
         """Top documents per query by MaxSim, best first.
 
@@ -453,6 +461,9 @@ class MultiVectorStore:
         exactly in float32, with no first stage and no approximate pass (the truth, slow).
         Multi-part records (page mode) score each part and combine them with
         ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
+        ``with_text`` / ``with_vectors`` / ``with_grid``: each hit comes with its stored text / vectors / grid
+        preview, read with its metadata, so a document deleted meanwhile is replaced by the next one here rather
+        than failing a caller later.
         """
         if top_k < 0:
             raise ValueError("top_k must be >= 0")
@@ -472,8 +483,10 @@ class MultiVectorStore:
             allowed = id_set if allowed is None else allowed & id_set
         if allowed is not None and not allowed:
             return [[] for _ in queries]
-        return [[ScoredDocument(h.id, h.score, meta, h.parts) for h, meta in self._view.search(
-            q, top_k, allowed, self._meta_cache.get, candidates=n_candidates, exhaustive=exhaustive,
+        read = hit_reader(self.engine, self._meta_cache, self._view.reader, self._grid_bytes, with_text=with_text,
+                          with_vectors=with_vectors, with_grid=with_grid)
+        return [[ScoredDocument(h.id, h.score, meta, h.parts, *extra) for h, meta, extra in self._view.search(
+            q, top_k, allowed, read, candidates=n_candidates, exhaustive=exhaustive,
             aggregate=aggregate)] for q in qs]
 
 

@@ -38,7 +38,7 @@ class StoredDocument:
 
 @dataclass(frozen=True)
 class ScoredDocument:
-    """A search hit: id, score (higher is better) and public metadata.
+    """A search hit: id, score (higher is better) and public metadata, with what the search read of it.
 
     For records stored in several parts (one per page in page mode),
     ``part_scores`` holds each part's exact MaxSim and ``score`` is their
@@ -49,6 +49,13 @@ class ScoredDocument:
     score: float
     metadata: dict[str, Any]
     part_scores: tuple[float, ...] = ()
+    text: str | None = field(default=None, repr=False, compare=False)
+    """The stored text, when the search was asked for it (read with the metadata, in one Chroma read)."""
+    vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """The stored vectors (float32) and, for pooled ones, each one's encoder token, when asked for."""
+    anchors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    grid: bytes | None = field(default=None, repr=False, compare=False)
+    """The grid preview's bytes, when asked for (None also for a page-mode record or a store kept without them)."""
 
 
 def public(metadata: Mapping[str, Any]) -> dict[str, Any]:

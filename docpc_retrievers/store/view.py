@@ -38,7 +38,7 @@ _SAVE_EVERY = 20_000
 _SAVE_AFTER = 100
 """Documents changed by other writers after which the snapshot is saved again."""
 _RETRIES = 4
-"""Rounds a search makes when documents it found were deleted by another writer meanwhile."""
+"""Rounds a search makes when documents it found were deleted (or replaced) by another writer meanwhile."""
 _FILTERS_KEPT = 32
 """Distinct ``where`` filters whose matching ids a view remembers (all forgotten when more come)."""
 
@@ -138,13 +138,19 @@ class StoreView:
         return touched
 
     def search(self, query: np.ndarray, k: int, allowed: set[str] | None,
-               metadata: Callable[[list[str]], Mapping[str, Mapping[str, Any]]], *, candidates: int | None = None,
-               exhaustive: bool = False, aggregate: str = "max") -> list[tuple[Scored, dict[str, Any]]]:
-        """The backend's best ``k`` with their metadata (``exhaustive``: every allowed document scored exactly in
-        float32). A document deleted by another writer between the search and the metadata fetch is left out and
-        its slot filled by the next one: a reader never fails on a writer."""
+               read: Callable[[list[str]], Mapping[str, tuple[Mapping[str, Any], Any]]], *,
+               candidates: int | None = None, exhaustive: bool = False,
+               aggregate: str = "max") -> list[tuple[Scored, dict[str, Any], Any]]:
+        """The backend's best ``k``, each with what ``read`` gives for it: its metadata and whatever else the caller
+        needs of the hit (text, vectors), read in one go (``exhaustive``: every allowed document scored exactly in
+        float32).
+
+        This is the one place where other writers' changes meet a search: a hit ``read`` no longer finds (deleted
+        meanwhile), or one whose ``source`` a better hit already has (a file's old and new versions, both present
+        for a moment while it is replaced), gives its slot to the next document. A reader never fails on a writer
+        and never lists one file twice."""
         gone: set[str] = set()
-        found: list[tuple[Scored, dict[str, Any]]] = []
+        found: list[tuple[Scored, dict[str, Any], Any]] = []
         for _ in range(_RETRIES):
             keep = allowed if not gone else set(allowed if allowed is not None else self.n) - gone
             if exhaustive:
@@ -152,12 +158,22 @@ class StoreView:
                 hits = ranked(query, pool, self.reader, k, self.config, aggregate=aggregate, exact=True)
             else:
                 hits = self.backend.search(query, k, keep, candidates=candidates, aggregate=aggregate)
-            records = metadata([h.id for h in hits])
-            missing = {h.id for h in hits if h.id not in records}
-            found = [(h, dict(records[h.id])) for h in hits if h.id in records]
-            if not missing - gone or len(found) >= k:
+            records = read([h.id for h in hits])
+            found, sources, dropped = [], set(), set()
+            for h in hits:
+                if h.id not in records:
+                    dropped.add(h.id)
+                    continue
+                meta, extra = records[h.id]
+                source = meta.get("source")
+                if source is not None and source in sources:
+                    dropped.add(h.id)
+                    continue
+                sources.add(source)
+                found.append((h, dict(meta), extra))
+            if not dropped - gone or len(found) >= k:
                 break
-            gone |= missing
+            gone |= dropped
         return found[:k]
 
     def matching(self, where: Mapping[str, Any]) -> list[str]:

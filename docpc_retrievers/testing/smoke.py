@@ -47,8 +47,8 @@ def main() -> int:
     step = "start"
     try:
         step = "import every public module"
-        names = [*_public_modules("docpc_retrievers"), "langchain_docpc", "langchain_docpc.retrievers",
-                 "langchain_docpc.document_loaders", *_public_modules("llama_index.retrievers.docpc")]
+        names = [*_public_modules("docpc_retrievers"), *_public_modules("langchain_docpc"),
+                 *_public_modules("llama_index.retrievers.docpc")]
         for name in names:
             try:
                 importlib.import_module(name)

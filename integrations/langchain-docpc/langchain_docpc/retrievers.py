@@ -1,7 +1,8 @@
 """``DocPCRetriever``: LangChain retriever over a DocPC index, one ``Document`` per ranked PDF.
 
-Options, search and images come from :mod:`docpc_retrievers.adapters`; this
-module only maps hits to LangChain's ``Document``.
+Options come from the schema (:mod:`docpc_retrievers.options`), hits from
+:mod:`docpc_retrievers.hits`; LangChain's ``search_type`` and ``search_kwargs``
+from :mod:`langchain_docpc.search_kwargs`. This module maps hits to ``Document``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import PathLike, RetrieverOptions
-from docpc_retrievers.adapters import b64_png, check_known, merge_search_kwargs
-from docpc_retrievers.retriever_parts import StoreEditing, check_search_type
-from docpc_retrievers.adapters import build_index, open_index, retrieve, save_options, saved_options, split_build_options
+from docpc_retrievers.adapters import PathLike
+from docpc_retrievers.hits import retrieve
+from docpc_retrievers.retriever_options import RetrieverOptions
+from docpc_retrievers.adapters import b64_png, check_known
+from docpc_retrievers.retriever_parts import StoreEditing
+from docpc_retrievers.adapters import build_index, open_index, save_options, saved_options, split_build_options
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.options import DEFAULT_PAGE_DPI, OPTIONS, framework_names, search_aliases
 from docpc_retrievers.encoders import Encoder
@@ -25,6 +28,8 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, create_model
+
+from langchain_docpc.search_kwargs import check_search_type, merge_search_kwargs
 
 __all__ = ["DEFAULT_K", "DEFAULT_PAGE_DPI", "DocPCRetriever"]
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, RetrieverOptions, ReturnImages, build_index
-from docpc_retrievers.adapters import check_known, open_index, retrieve, save_options, saved_options
+from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, ReturnImages, build_index
+from docpc_retrievers.adapters import check_known, open_index, save_options, saved_options
+from docpc_retrievers.hits import retrieve
+from docpc_retrievers.retriever_options import RetrieverOptions
 from docpc_retrievers.adapters import split_build_options
 from docpc_retrievers.retriever_parts import StoreEditing
 from docpc_retrievers.config import DEFAULT_TOP_K
