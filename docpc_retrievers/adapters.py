@@ -29,7 +29,7 @@ from docpc_retrievers.options import (
 )
 from docpc_retrievers.queries import check_query
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
-from docpc_retrievers.retriever_options import RetrieverOptions
+from docpc_retrievers.retriever_options import LEGACY_NAMES, RetrieverOptions
 from docpc_retrievers.hits import DROPPED_METADATA_KEYS, IMAGE_MIME_TYPE, above_thresholds, clean_metadata, result_metadata, retrieve
 from docpc_retrievers.store.layout import StoreLayout
 
@@ -158,7 +158,7 @@ def saved_options(layout: StoreLayout) -> dict[str, Any]:
     if not data:
         return {}
     saved = asdict(RetrieverOptions.from_dict(data))
-    given = {_LEGACY_NAMES.get(k, k) for k in data}
+    given = {LEGACY_NAMES.get(k, k) for k in data}
     return {k: v for k, v in saved.items() if k in given and k != "password"}
 
 

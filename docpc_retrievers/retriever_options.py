@@ -14,11 +14,11 @@ from typing import Any
 from docpc_retrievers.config import SearchOptions, folders
 from docpc_retrievers.options import BY_NAME, OPTIONS
 
-__all__ = ["RetrieverOptions"]
+__all__ = ["LEGACY_NAMES", "RetrieverOptions"]
 
 _OPTIONS_FORMAT = 1
 #: Keys of option files written by version 0.1 (LlamaIndex's persist).
-_LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
+LEGACY_NAMES = {"similarity_top_k": "top_k", "where": "filters"}
 _NULLABLE = frozenset(o.name for o in OPTIONS if o.nullable)
 """Options for which None is a value (not "leave the default")."""
 
@@ -74,7 +74,7 @@ class _OptionsBehaviour:
         """Rebuild saved options; unknown keys are ignored, a newer format is refused."""
         if data.get("format", _OPTIONS_FORMAT) != _OPTIONS_FORMAT:
             raise ValueError(f"retriever options format {data.get('format')!r} is not supported")
-        renamed = {_LEGACY_NAMES.get(k, k): v for k, v in data.items()}
+        renamed = {LEGACY_NAMES.get(k, k): v for k, v in data.items()}
         return RetrieverOptions(**{k: v for k, v in renamed.items() if k in BY_NAME})
 
 
