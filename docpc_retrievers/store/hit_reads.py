@@ -11,17 +11,23 @@ from typing import Any
 
 from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.engine import ChromaEngine
-from docpc_retrievers.store.payload import VectorReader
+from docpc_retrievers.store.layout import StoreLayout
+from docpc_retrievers.store.payload import VectorReader, read_grid
 from docpc_retrievers.store.records import MetadataCache, public
 
-__all__ = ["HitRead", "hit_reader"]
+__all__ = ["HitRead", "grid_bytes", "hit_reader"]
 
 HitRead = Callable[[list[str]], dict[str, tuple[dict[str, Any], tuple[Any, ...]]]]
 """ids -> {id: (public metadata, (text, vectors, anchors, grid))} for the ids still stored."""
 
 
-def hit_reader(engine: ChromaEngine, metadata: MetadataCache, reader: VectorReader,
-               grid: Callable[[str], bytes | None], *, with_text: bool, with_vectors: bool, with_grid: bool) -> HitRead:
+def grid_bytes(layout: StoreLayout, engine: ChromaEngine, doc_id: str) -> bytes | None:
+    """A document's grid preview from the local cache, else Chroma (then cached); None when it has none."""
+    return read_grid(layout.cached_grid(doc_id), lambda: engine.payload([doc_id], "g").get(doc_id))
+
+
+def hit_reader(engine: ChromaEngine, metadata: MetadataCache, reader: VectorReader, layout: StoreLayout, *,
+               with_text: bool, with_vectors: bool, with_grid: bool) -> HitRead:
     """The read a search makes of its hits: metadata and text from one read of their records (the remembered
     metadata when no text is wanted), then their vectors and grid previews."""
 
@@ -42,7 +48,7 @@ def hit_reader(engine: ChromaEngine, metadata: MetadataCache, reader: VectorRead
                 q, scale, anchors = reader.unpacked(doc_id, packed[doc_id])
                 vectors = dequantize(q, scale)
             if with_grid and meta.get("mode", "grid") != "page":
-                picture = grid(doc_id)
+                picture = grid_bytes(layout, engine, doc_id)
             out[doc_id] = (meta, (text, vectors, anchors, picture))
         return out
 

@@ -27,10 +27,9 @@ from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.chroma_client import chroma_client, require_collection
 from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine
-from docpc_retrievers.store.hit_reads import hit_reader
+from docpc_retrievers.store.hit_reads import grid_bytes, hit_reader
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
-from docpc_retrievers.store.payload import read_grid
 from docpc_retrievers.store.records import (
     MetadataCache,
     ScoredDocument,
@@ -170,7 +169,7 @@ class MultiVectorStore:
         if not self._loaded:
             self._load()
         else:
-            self.refresh()
+            self._refresh()
 
     def _load(self) -> None:
         """Open the view of the stored documents (see view.py): the cache's snapshot, else Chroma's records."""
@@ -189,6 +188,9 @@ class MultiVectorStore:
     @synchronized
     def refresh(self) -> None:
         """Apply what other writers committed since we last looked (the change feed): new, replaced, deleted."""
+        self._refresh()
+
+    def _refresh(self) -> None:
         if not self._loaded:
             self._load()
         elif self._view is None:  # the first documents may have come from another writer
@@ -394,14 +396,10 @@ class MultiVectorStore:
         self._ensure_loaded()
         if doc_id not in self._n:
             raise DocumentNotFoundError(doc_id, self.path)
-        data = self._grid_bytes(doc_id)
+        data = grid_bytes(self.layout, self.engine, doc_id)
         if data is None:
             raise DocumentNotFoundError(doc_id, self.path)
         return data
-
-    def _grid_bytes(self, doc_id: str) -> bytes | None:
-        """The grid preview's bytes from the local cache, else Chroma (then cached); None when there is none."""
-        return read_grid(self.layout.cached_grid(doc_id), lambda: self.engine.payload([doc_id], "g").get(doc_id))
 
     @synchronized
     def total_vectors(self) -> int:
@@ -483,7 +481,7 @@ class MultiVectorStore:
             allowed = id_set if allowed is None else allowed & id_set
         if allowed is not None and not allowed:
             return [[] for _ in queries]
-        read = hit_reader(self.engine, self._meta_cache, self._view.reader, self._grid_bytes, with_text=with_text,
+        read = hit_reader(self.engine, self._meta_cache, self._view.reader, self.layout, with_text=with_text,
                           with_vectors=with_vectors, with_grid=with_grid)
         return [[ScoredDocument(h.id, h.score, meta, h.parts, *extra) for h, meta, extra in self._view.search(
             q, top_k, allowed, read, candidates=n_candidates, exhaustive=exhaustive,
