@@ -30,7 +30,15 @@ def register(sub: Any) -> None:
                    help="where to listen (default 127.0.0.1:8765; port 0 picks a free one). --host and --port "
                    "stay the Chroma server's, as in every docpc command")
     p.add_argument("--token", help=f"bearer token every request must carry (default: ${TOKEN_ENV})")
-    p.add_argument("--image-side", type=int, default=1024, help="longest side of returned page images (pixels)")
+    p.add_argument("--image-side", type=int, default=1024,
+                   help="longest side of returned page images (pixels, 32 to 8192; default 1024)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="another name this server answers to in the Host header (repeatable); on loopback only the "
+                   "bound address (and localhost for 127.0.0.1 and ::1) is accepted, so a web page cannot reach it "
+                   "through DNS rebinding")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page origin (scheme://host[:port]) allowed to call the server (repeatable); requests "
+                   "carrying any other Origin are refused")
     p.set_defaults(func=run)
 
 
@@ -48,11 +56,13 @@ def run(args: argparse.Namespace) -> int:
     from docpc_retrievers.index import DocPCIndex
     from docpc_retrievers.serve.service import StoreService
 
+    if not 32 <= args.image_side <= 8192:
+        raise UsageError(f"--image-side {args.image_side}: give a number of pixels from 32 to 8192")
     require_store(args)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
         service = StoreService(index, image_side=args.image_side)
         if args.transport == "stdio":
             serve_stdio(service)
         else:
-            serve_http(service, host, port, token=token)
+            serve_http(service, host, port, token=token, allow_hosts=args.allow_host, allow_origins=args.allow_origin)
     return EXIT_OK

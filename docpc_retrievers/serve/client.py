@@ -26,7 +26,9 @@ def remote_search(
 
     token = token if token is not None else os.environ.get(TOKEN_ENV)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    body = {"query": query, "k": k, "filters": dict(filters) if filters else None, "under": list(under or []) or None,
+    # Paths are the caller's: a relative one is resolved here, where it was typed, not in the server's folder.
+    paths = [os.path.abspath(os.path.expanduser(str(p))) for p in under or []]
+    body = {"query": query, "k": k, "filters": dict(filters) if filters else None, "under": paths or None,
             "rerank": rerank}
     try:
         response = httpx.post(url.rstrip("/") + "/search", json=body, headers=headers, timeout=timeout)

@@ -1,13 +1,14 @@
-"""The server's HTTP JSON API (schema in docs/serve.md) and the bearer-token check in front of every request.
+"""The server's HTTP JSON API (schema in docs/serve.md).
 
 Routes: ``POST /search``, ``POST /explain``, ``GET /documents``, ``GET /documents/{id}``, ``GET /info``,
-``GET /health``. Errors answer ``{"error": message}`` with 400 (bad request), 401 (token), 404 (unknown id).
+``GET /health``. Arguments are checked by :mod:`docpc_retrievers.serve.requests`, as the MCP tools' are; errors
+answer ``{"error": message}`` with 400 (bad request), 404 (unknown id) or 413 (over a limit). What reaches these
+handlers has passed :mod:`docpc_retrievers.serve.web_safety` (host, origin, content type, size, token).
 """
 
 from __future__ import annotations
 
 import base64
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -16,44 +17,44 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
-from docpc_retrievers.serve.service import PageImage, ServiceError, StoreService
+from docpc_retrievers.serve.requests import LIMITS, RequestError, check_explain, check_list, check_search
+from docpc_retrievers.serve.service import PageImage, StoreService
 
-__all__ = ["TokenCheck", "json_routes"]
+__all__ = ["json_routes", "parse_json"]
 
 _T = TypeVar("_T")
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class TokenCheck:
-    """ASGI middleware: every HTTP request (the MCP endpoint included) must carry ``Authorization: Bearer TOKEN``."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self._expected = app, f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                response = JSONResponse({"error": "missing or wrong token (send Authorization: Bearer TOKEN)"},
-                                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def _error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def parse_json(data: bytes) -> Any:
+    """A request body as JSON, refused (RequestError) when it is not JSON or nests deeper than the limit."""
+    try:
+        value = json.loads(data or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError(f"the body nests deeper than {LIMITS.json_depth} levels") from None
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > LIMITS.json_depth:
+            raise RequestError(f"the body nests deeper than {LIMITS.json_depth} levels")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
 async def _answer(call: Callable[[], _T]) -> _T | JSONResponse:
     """``call()`` on a worker thread (requests overlap); the client's mistakes become 4xx answers."""
     try:
         return await anyio.to_thread.run_sync(call)
-    except ServiceError as exc:
+    except RequestError as exc:
         return _error(str(exc), exc.status)
     except (DocPCError, ValueError, TypeError) as exc:
         return _error(str(exc), 400)
@@ -65,12 +66,8 @@ async def _json(call: Callable[[], Any]) -> JSONResponse:
     return found if isinstance(found, JSONResponse) else JSONResponse(found)
 
 
-async def _body(request: Request) -> dict[str, Any] | JSONResponse:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except json.JSONDecodeError as exc:
-        return _error(f"the body is not JSON: {exc}", 400)
-    return body if isinstance(body, dict) else _error("the body must be a JSON object", 400)
+async def _body(request: Request) -> Any:
+    return parse_json(await request.body())
 
 
 def _pictures(pictures: list[PageImage]) -> list[dict[str, Any]]:
@@ -82,25 +79,22 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
     """``(path, methods, handler)`` for each route of the JSON API."""
 
     async def search(request: Request) -> Response:
-        body = await _body(request)
-        if isinstance(body, JSONResponse):
-            return body
-        unknown = set(body) - {"query", "k", "filters", "under", "rerank", "images"}
-        if unknown:
-            return _error(f"unknown field(s): {', '.join(sorted(unknown))}", 400)
-        found = await _answer(partial(service.search, body.get("query", ""), body.get("k", DEFAULT_TOP_K),
-                                      filters=body.get("filters"), under=body.get("under"),
-                                      rerank=bool(body.get("rerank", False)), images=body.get("images", 0)))
+        try:
+            checked = check_search(await _body(request))
+        except RequestError as exc:
+            return _error(str(exc), exc.status)
+        found = await _answer(partial(service.search, checked))
         if isinstance(found, JSONResponse):
             return found
         results, pictures = found
-        return JSONResponse({"query": body["query"], "results": results, "images": _pictures(pictures)})
+        return JSONResponse({"query": checked.query, "results": results, "images": _pictures(pictures)})
 
     async def explain(request: Request) -> Response:
-        body = await _body(request)
-        if isinstance(body, JSONResponse):
-            return body
-        found = await _answer(partial(service.explain, body.get("query", ""), body.get("id", "")))
+        try:
+            checked = check_explain(await _body(request))
+        except RequestError as exc:
+            return _error(str(exc), exc.status)
+        found = await _answer(partial(service.explain, checked))
         if isinstance(found, JSONResponse):
             return found
         summary, pictures = found
@@ -108,12 +102,22 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
 
     async def documents(request: Request) -> Response:
         q = request.query_params
+        args: dict[str, Any] = {}
         try:
-            where = json.loads(q["where"]) if q.get("where") else None
-            limit, offset = int(q.get("limit", 100)), int(q.get("offset", 0))
-        except (ValueError, json.JSONDecodeError) as exc:
+            if q.get("where"):
+                args["where"] = parse_json(q["where"].encode())
+            for name in ("limit", "offset"):
+                if q.get(name) is not None:
+                    args[name] = int(q[name])
+            unknown = sorted(set(q) - {"where", "limit", "offset"})
+            if unknown:
+                raise RequestError(f"unknown query parameter(s): {', '.join(unknown)} (known: where, limit, offset)")
+            checked = check_list(args)
+        except ValueError as exc:
             return _error(f"bad query parameter: {exc}", 400)
-        return await _json(partial(service.documents, where, limit=limit, offset=offset))
+        except RequestError as exc:
+            return _error(str(exc), exc.status)
+        return await _json(partial(service.documents, checked))
 
     async def document(request: Request) -> Response:
         return await _json(partial(service.document, request.path_params["doc_id"]))

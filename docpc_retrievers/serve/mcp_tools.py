@@ -21,6 +21,7 @@ from mcp.types import ImageContent, TextContent
 
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
+from docpc_retrievers.serve.requests import RequestError, check_explain, check_info, check_list, check_search
 from docpc_retrievers.serve.service import PageImage, StoreService
 
 __all__ = ["build_mcp", "image_blocks"]
@@ -52,11 +53,30 @@ def image_blocks(pictures: list[PageImage]) -> list[TextContent | ImageContent]:
     return blocks
 
 
+_CHECKS: dict[str, Callable[[Any], Any]] = {"search": check_search, "explain": check_explain, "list": check_list,
+                                             "info": check_info}
+"""Each tool's arguments go through the JSON API's checks (serve/requests.py) before the SDK converts them."""
+
+
+class _CheckedMCP(FastMCP):
+    """FastMCP whose tool calls pass the server's one request check first: the same types, the same unknown-field
+    rule and the same messages as the JSON API (the SDK alone would turn ``"5"`` into 5 and drop unknown fields)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        check = _CHECKS.get(name)
+        if check is not None:
+            try:
+                check(arguments or {})
+            except RequestError as exc:
+                raise ToolError(str(exc)) from None
+        return await super().call_tool(name, arguments)
+
+
 def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 8765) -> FastMCP:
     """A FastMCP server whose tools and resources answer from ``service``; stateless over HTTP (any request may
     reach any worker, and no session outlives its request)."""
-    mcp = FastMCP("docpc", instructions=INSTRUCTIONS, host=host, port=port, stateless_http=True, json_response=True,
-                  log_level="WARNING")
+    mcp = _CheckedMCP("docpc", instructions=INSTRUCTIONS, host=host, port=port, stateless_http=True,
+                      json_response=True, log_level="WARNING")
 
     @mcp.tool(name="search", structured_output=False)
     async def search(query: str, k: int = DEFAULT_TOP_K, filters: dict[str, Any] | None = None, under: list[str] | None = None,
@@ -71,8 +91,9 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
             rerank: re-score the top documents from their pages at full resolution (slower, finer).
             images: how many of the top results also return their best page as an image.
         """
-        results, pictures = await _in_thread(partial(service.search, query, k, filters=filters, under=under,
-                                                     rerank=rerank, images=images))
+        checked = check_search({"query": query, "k": k, "filters": filters, "under": under, "rerank": rerank,
+                                "images": images})
+        results, pictures = await _in_thread(partial(service.search, checked))
         return [TextContent(type="text", text=json.dumps({"query": query, "results": results}, ensure_ascii=False)),
                 *image_blocks(pictures)]
 
@@ -85,7 +106,7 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
             query: the query that found the document.
             id: the document's id, as `search` returned it.
         """
-        summary, pictures = await _in_thread(partial(service.explain, query, id))
+        summary, pictures = await _in_thread(partial(service.explain, check_explain({"query": query, "id": id})))
         return [TextContent(type="text", text=json.dumps(summary, ensure_ascii=False)), *image_blocks(pictures)]
 
     @mcp.tool(name="list", structured_output=False)
@@ -97,7 +118,8 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
             limit: how many to return (1-1000).
             offset: how many to skip.
         """
-        listed = await _in_thread(partial(service.documents, where, limit=limit, offset=offset))
+        checked = check_list({"where": where, "limit": limit, "offset": offset})
+        listed = await _in_thread(partial(service.documents, checked))
         return json.dumps(listed, ensure_ascii=False)
 
     @mcp.tool(name="info", structured_output=False)

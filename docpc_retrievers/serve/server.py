@@ -10,6 +10,7 @@ import ipaddress
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from types import FrameType
 from typing import TextIO
 
@@ -46,13 +47,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve_http(service: StoreService, host: str, port: int, *, token: str | None, out: TextIO = sys.stdout) -> None:
+def serve_http(service: StoreService, host: str, port: int, *, token: str | None, out: TextIO = sys.stdout,
+               allow_hosts: Sequence[str] = (), allow_origins: Sequence[str] = ()) -> None:
     """Serve MCP (``/mcp``) and the JSON API on ``host:port`` until SIGINT or SIGTERM; the readiness line goes to
-    ``out`` once the model is loaded and the socket listens (port 0: a free port, named in that line)."""
+    ``out`` once the model is loaded and the socket listens (port 0: a free port, named in that line). Every request
+    passes :class:`~docpc_retrievers.serve.web_safety.WebSafety` first (``allow_hosts``: more names for this server
+    in the Host header; ``allow_origins``: web pages allowed to call it)."""
     import uvicorn
 
-    from docpc_retrievers.serve.http_api import TokenCheck, json_routes
+    from docpc_retrievers.serve.http_api import json_routes
     from docpc_retrievers.serve.mcp_tools import build_mcp
+    from docpc_retrievers.serve.web_safety import WebSafety, allowed_hosts
 
     model = service.ready()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -62,10 +67,12 @@ def serve_http(service: StoreService, host: str, port: int, *, token: str | None
     sock.listen(128)
     bound = sock.getsockname()[1]
     mcp = build_mcp(service, host=host, port=bound)
+    routes: dict[str, list[str]] = {"/mcp": ["GET", "POST", "DELETE"]}
     for path, methods, handler in json_routes(service, model):
         mcp.custom_route(path, methods)(handler)
-    app = mcp.streamable_http_app()
-    asgi = TokenCheck(app, token) if token else app
+        routes[path] = methods
+    asgi = WebSafety(mcp.streamable_http_app(), routes=routes, token=token, origins=allow_origins,
+                     hosts=allowed_hosts(host, bound, is_loopback(host), allow_hosts))
     server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="on"))
     shown = f"[{host}]" if ":" in host else host
     print(f"docpc serve: ready at http://{shown}:{bound} (model {model}; MCP at /mcp; JSON at /search, /explain, "

@@ -7,32 +7,26 @@ the same results as :meth:`DocPCIndex.search <docpc_retrievers.index.DocPCIndex.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 from PIL import Image
 
-from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.image_bytes import png_bytes
-from docpc_retrievers.queries import check_query
 from docpc_retrievers.errors import DocPCError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import SearchResult
+from docpc_retrievers.serve.requests import LIMITS, ExplainRequest, ListRequest, RequestError, SearchRequest
 
 __all__ = ["MAX_K", "PageImage", "ServiceError", "StoreService"]
 
-MAX_K = 100
+MAX_K = LIMITS.k
 """Most results one request may ask for."""
 
 
-class ServiceError(DocPCError):
-    """A request the server cannot answer as asked (bad arguments, an unknown document): the client's to fix."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+ServiceError = RequestError
+"""The name 0.3's first builds gave :class:`~docpc_retrievers.serve.requests.RequestError`."""
 
 
 @dataclass(frozen=True)
@@ -50,14 +44,6 @@ def _png(image: Image.Image, side: int) -> bytes:
     return png_bytes(image.convert("RGB"), max_side=side)
 
 
-def _checked(query: object) -> str:
-    """:func:`~docpc_retrievers.queries.check_query` with its reason as a request error."""
-    try:
-        return check_query(query)
-    except (TypeError, ValueError) as exc:
-        raise ServiceError(str(exc)) from None
-
-
 def _json_safe(value: Any) -> Any:
     """``value`` as JSON would carry it (paths and other objects as strings)."""
     return json.loads(json.dumps(value, default=str))
@@ -67,6 +53,8 @@ class StoreService:
     """Search, explain and list one store; ``image_side`` bounds every picture's longer side (pixels)."""
 
     def __init__(self, index: DocPCIndex, *, image_side: int = 1024) -> None:
+        if isinstance(image_side, bool) or not isinstance(image_side, int) or not 32 <= image_side <= 8192:
+            raise ValueError(f"image_side must be a number of pixels from 32 to 8192, got {image_side!r}")
         self.index = index
         self.image_side = image_side
 
@@ -76,28 +64,16 @@ class StoreService:
 
     # ------------------------------------------------------------------ search
 
-    def search(
-        self, query: str, k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
-        under: str | Sequence[str] | None = None, rerank: bool = False, images: int = 0,
-    ) -> tuple[list[dict[str, Any]], list[PageImage]]:
-        """The top ``k`` hits as the CLI's ``--json`` dicts, and the best page of the first ``images`` hits."""
-        _checked(query)
-        if not isinstance(images, int) or isinstance(images, bool) or not 0 <= images <= MAX_K:
-            raise ServiceError(f"images must be an integer from 0 to {MAX_K}, got {images!r}")
-        hits = self.search_results(query, k, filters=filters, under=under, rerank=rerank)
-        return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[:images]) if p]
+    def search(self, request: SearchRequest) -> tuple[list[dict[str, Any]], list[PageImage]]:
+        """The top ``k`` hits as the CLI's ``--json`` dicts, and the best page of the first ``images`` hits (a hit
+        whose picture can no longer be read, its document replaced meanwhile, comes without one)."""
+        hits = self.search_results(request)
+        return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[: request.images]) if p]
 
-    def search_results(
-        self, query: str, k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
-        under: str | Sequence[str] | None = None, rerank: bool = False,
-    ) -> list[SearchResult]:
-        """:meth:`DocPCIndex.search` with the request's arguments checked first."""
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-            raise ServiceError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
-        if filters is not None and not isinstance(filters, Mapping):
-            raise ServiceError("filters must be a JSON object (a Chroma where filter)")
-        return self.index.search(query, k, filters=dict(filters) if filters else None, under=under or None,
-                                 rerank=bool(rerank))
+    def search_results(self, request: SearchRequest) -> list[SearchResult]:
+        """:meth:`DocPCIndex.search` for a checked request."""
+        return self.index.search(request.query, request.k, filters=request.filters, under=request.under or None,
+                                 rerank=request.rerank)
 
     def best_page(self, hit: SearchResult) -> PageImage | None:
         """The hit's best evidence page cut from its stored grid (None when the store keeps no grids)."""
@@ -105,7 +81,10 @@ class StoreService:
         if not pages:
             return None
         page = pages[0]
-        image = self.page_image(hit.id, page)
+        try:
+            image = self.page_image(hit.id, page)
+        except RequestError:  # replaced or deleted since the search answered: the hit stays, without its picture
+            return None
         if image is None:
             return None
         return PageImage(hit.id, page, f"page {page} of {hit.title or hit.source or hit.id} (id {hit.id})", image)
@@ -135,9 +114,9 @@ class StoreService:
 
     # ------------------------------------------------------------------ explain, list, info
 
-    def explain(self, query: str, doc_id: str) -> tuple[dict[str, Any], list[PageImage]]:
-        """Why ``doc_id`` matched ``query``: page shares and where the score went, the overlay and the crops."""
-        _checked(query)
+    def explain(self, request: ExplainRequest) -> tuple[dict[str, Any], list[PageImage]]:
+        """Why a document matched a query: page shares and where the score went, the overlay and the crops."""
+        query, doc_id = request.query, request.id
         self._metadata(doc_id)
         e = self.index.explain(query, doc_id)
         out = {
@@ -156,13 +135,12 @@ class StoreService:
                                       _png(c.image, self.image_side)))
         return out, pictures
 
-    def documents(self, where: Mapping[str, Any] | None = None, *, limit: int = 100, offset: int = 0) -> dict[str, Any]:
-        """Stored documents (those matching ``where``), ``limit`` from ``offset``, and how many there are."""
-        if not isinstance(limit, int) or not 1 <= limit <= 1000 or not isinstance(offset, int) or offset < 0:
-            raise ServiceError("limit must be from 1 to 1000 and offset 0 or more")
-        listed = self.index.documents(dict(where) if where else None)
-        docs = [_listed(d) for d in islice(listed, offset, offset + limit)]
-        return {"documents": docs, "offset": offset, "total": len(self.index) if not where else None}
+    def documents(self, request: ListRequest) -> dict[str, Any]:
+        """Stored documents (those matching ``where``), ``limit`` from ``offset``, and how many match: the count
+        and the page come from one pass over the records, so they agree even while documents are committed."""
+        listed = list(self.index.documents(request.where))
+        docs = [_listed(d) for d in islice(listed, request.offset, request.offset + request.limit)]
+        return {"documents": docs, "offset": request.offset, "total": len(listed)}
 
     def document(self, doc_id: str) -> dict[str, Any]:
         """One document's stored metadata (JSON-safe)."""
@@ -174,11 +152,11 @@ class StoreService:
 
     def _metadata(self, doc_id: str) -> dict[str, Any]:
         if not isinstance(doc_id, str) or not doc_id:
-            raise ServiceError("give a document id")
+            raise RequestError("give a document id")
         try:
             return self.index.metadata(doc_id)
         except (KeyError, DocPCError):
-            raise ServiceError(f"no stored document has the id {doc_id!r}", status=404) from None
+            raise RequestError(f"no stored document has the id {doc_id!r}", status=404) from None
 
 
 def _listed(result: SearchResult) -> dict[str, Any]:

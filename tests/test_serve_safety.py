@@ -1,0 +1,188 @@
+"""``docpc serve`` as a security reviewer probes it: web pages, other loopback addresses, bounds, and the two APIs
+checking alike. Each test drives the real server in a subprocess (no token, loopback, as a desktop user runs it)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2e_helpers import docpc_command, make_pdf, run_docpc, subprocess_env
+
+pytest.importorskip("mcp")
+pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow]
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    root: Path
+    store: Path
+
+
+def _start(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"ready at (http://\S+)", line)
+    if not found:
+        proc.kill()
+        raise AssertionError(f"no readiness line: {line!r}\n{proc.stderr.read() if proc.stderr else ''}")
+    return proc, found.group(1)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("safe")
+    for i, label in enumerate(["harbour budget report", "wind turbine maintenance", "lentil recipes", "tax forms"]):
+        make_pdf(root / "docs" / ("a" if i % 2 else "b") / f"doc{i}.pdf", label, 1 + i % 2)
+    done = run_docpc("index", root / "docs", "--store", root / "store", "--model", tiny_checkpoint)
+    assert done.returncode == 0, done.describe()
+    return root, root / "store"
+
+
+@pytest.fixture(scope="module")
+def served(store: tuple[Path, Path]) -> Iterator[Served]:
+    root, path = store
+    proc, url = _start(docpc_command() + ["serve", "--store", str(path), "--bind", "127.0.0.1:0"])
+    try:
+        yield Served(url, root, path)
+    finally:
+        _stop(proc)
+
+
+def _mcp(url: str, name: str, arguments: dict[str, Any], **headers: str) -> httpx.Response:
+    """One MCP tool call over streamable HTTP (the server is stateless: no session to open first)."""
+    return httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                          "params": {"name": name, "arguments": arguments}},
+                      headers={"Accept": "application/json, text/event-stream", **headers}, timeout=60)
+
+
+def _tool_error(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    assert result.get("isError"), result
+    return " ".join(c.get("text", "") for c in result["content"])
+
+
+def test_a_web_page_cannot_read_the_catalogue_through_a_foreign_host_or_origin(served: Served) -> None:
+    """Finding 1: a foreign Host (DNS rebinding) or Origin is refused on every route; so is a cross-site 'simple'
+    POST (text/plain), which browsers send without asking."""
+    evil = {"Host": "evil.example", "Origin": "http://evil.example"}
+    for method, path, body in [("GET", "/documents", None), ("GET", "/info", None), ("GET", "/health", None),
+                               ("POST", "/search", {"query": "tax"}), ("POST", "/explain", {"query": "t", "id": "x"})]:
+        r = httpx.request(method, served.url + path, json=body, headers=evil)
+        assert r.status_code == 421 and "host" in r.json()["error"], (path, r.status_code, r.text)
+    origin_only = httpx.get(f"{served.url}/documents", headers={"Origin": "http://evil.example"})
+    assert origin_only.status_code == 403 and "evil.example" in origin_only.json()["error"]
+    simple = httpx.post(f"{served.url}/search", content=json.dumps({"query": "tax"}),
+                        headers={"Content-Type": "text/plain"})
+    assert simple.status_code == 415 and "application/json" in simple.json()["error"]
+    assert httpx.get(f"{served.url}/documents").status_code == 200  # the user's own tools still get in
+    assert httpx.get(f"{served.url}/documents", headers={"Host": "localhost"}).status_code == 200
+
+
+def test_another_loopback_address_is_protected_the_same_way(store: tuple[Path, Path]) -> None:
+    """Finding 2: bound to 127.0.0.2 without a token, /mcp and the JSON API refuse a foreign Host too."""
+    _, path = store
+    proc, url = _start(docpc_command() + ["serve", "--store", str(path), "--bind", "127.0.0.2:0"])
+    try:
+        assert url.startswith("http://127.0.0.2:")
+        assert _mcp(url, "info", {}, Host="evil.example").status_code == 421
+        assert httpx.get(f"{url}/documents", headers={"Host": "evil.example"}).status_code == 421
+        assert httpx.get(f"{url}/health").status_code == 200
+        allowed = _mcp(url, "info", {})
+        assert allowed.status_code == 200 and not allowed.json()["result"].get("isError")
+    finally:
+        _stop(proc)
+
+
+def test_requests_past_the_limits_get_a_json_refusal_naming_the_limit(served: Served) -> None:
+    """Finding 3: a 100,000-character query, a 50 MB body and '[' x 100,000 are refused, as JSON, before any work."""
+    long = httpx.post(f"{served.url}/search", json={"query": "word " * 20_000})
+    assert long.status_code == 413 and "1,000" in long.json()["error"]
+    big = httpx.post(f"{served.url}/search", content=b'{"query": "' + b"x" * 50_000_000 + b'"}',
+                     headers={"Content-Type": "application/json"}, timeout=120)
+    assert big.status_code == 413 and "1,000,000 bytes" in big.json()["error"]
+    deep = httpx.post(f"{served.url}/search", content=b"[" * 100_000, headers={"Content-Type": "application/json"})
+    assert deep.status_code == 400 and "error" in deep.json()
+    nested = httpx.post(f"{served.url}/search", json={"query": "x", "filters": json.loads("[" * 40 + "]" * 40)})
+    assert nested.status_code == 400 and "32 levels" in nested.json()["error"]
+    too_many = httpx.post(f"{served.url}/search", json={"query": "x", "k": 101})
+    assert too_many.status_code == 400 and "from 1 to 100" in too_many.json()["error"]
+    assert _tool_error(_mcp(served.url, "search", {"query": "word " * 20_000})).count("1,000") == 1
+
+
+def test_the_document_count_and_list_come_from_one_read(served: Served) -> None:
+    """Finding 5: /documents' total is the number of documents it lists (read together)."""
+    listed = httpx.get(f"{served.url}/documents", params={"limit": 1000}).json()
+    assert listed["total"] == len(listed["documents"]) == 4
+    filtered = httpx.get(f"{served.url}/documents", params={"where": json.dumps({"total_pages": 1})}).json()
+    assert filtered["total"] == len(filtered["documents"]) == 2  # a filtered list says its count too
+
+
+def test_under_is_resolved_where_the_command_was_typed(served: Served) -> None:
+    """Finding 6: `docpc search --server URL --under docs/a` means the caller's docs/a, not the server's."""
+    done = run_docpc("search", "tax wind", "--server", served.url, "--under", "docs/a", "--json", "-k", "4",
+                     cwd=served.root)
+    assert done.returncode == 0, done.describe()
+    sources = [r["source"] for r in json.loads(done.stdout)]
+    assert sources and all("/docs/a/" in s for s in sources), sources
+
+
+def test_a_bad_image_side_fails_at_start(store: tuple[Path, Path]) -> None:
+    """Finding 7: --image-side 0 is refused when the server starts, not with a 500 at each request."""
+    _, path = store
+    done = run_docpc("serve", "--store", path, "--bind", "127.0.0.1:0", "--image-side", "0")
+    assert done.returncode == 2 and "--image-side" in done.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ({"query": "tax", "k": "5"}, "k must be an integer"),
+    ({"query": "tax", "images": True}, "images must be an integer"),
+    ({"query": "tax", "rerank": "false"}, "rerank must be true or false"),
+    ({"query": 123}, "query must be a string"),
+    ({"query": "tax", "filters": [1]}, "filters must be a JSON object"),
+    ({"query": "tax", "top": 3}, "unknown field(s) in a search request: top"),
+])
+def test_the_two_apis_refuse_the_same_arguments_with_the_same_words(served: Served, args: dict[str, Any],
+                                                                   says: str) -> None:
+    """Finding 9: the JSON API and the MCP tool go through one check: same types, unknown fields, messages."""
+    http = httpx.post(f"{served.url}/search", json=args)
+    assert http.status_code == 400 and says in http.json()["error"], http.text
+    assert says in _tool_error(_mcp(served.url, "search", args))
+
+
+def test_explain_and_every_route_answer_json_and_the_bearer_scheme_is_case_insensitive(
+    served: Served, store: tuple[Path, Path]
+) -> None:
+    """Finding 9, the rest: /explain refuses unknown fields; unknown routes and methods answer JSON; 'bearer' in
+    lower case is the same scheme (RFC 7235)."""
+    extra = httpx.post(f"{served.url}/explain", json={"query": "tax", "id": "x", "extra": 1})
+    assert extra.status_code == 400 and "extra" in extra.json()["error"]
+    assert "extra" in _tool_error(_mcp(served.url, "explain", {"query": "tax", "id": "x", "extra": 1}))
+    nowhere = httpx.get(f"{served.url}/nowhere")
+    assert nowhere.status_code == 404 and "routes" in nowhere.json()["error"]
+    wrong = httpx.get(f"{served.url}/search")
+    assert wrong.status_code == 405 and "POST" in wrong.json()["error"] and wrong.headers["allow"] == "POST"
+    _, path = store
+    proc, url = _start(docpc_command() + ["serve", "--store", str(path), "--bind", "127.0.0.1:0", "--token", "t0k"])
+    try:
+        assert httpx.get(f"{url}/health", headers={"Authorization": "bearer t0k"}).status_code == 200
+        assert httpx.get(f"{url}/health", headers={"Authorization": "BEARER t0k"}).status_code == 200
+        refused = httpx.get(f"{url}/health", headers={"Authorization": "Basic t0k"})
+        assert refused.status_code == 401 and refused.json()["error"]
+    finally:
+        _stop(proc)
