@@ -186,3 +186,53 @@ def test_explain_and_every_route_answer_json_and_the_bearer_scheme_is_case_insen
         assert refused.status_code == 401 and refused.json()["error"]
     finally:
         _stop(proc)
+
+
+def test_searches_with_pictures_while_documents_are_replaced_never_fail_duplicate_or_miss(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """Finding 4: four clients search with pictures while `docpc index` replaces changed PDFs: every answer is a
+    200 that lists each file exactly once (a file's old and new versions are both stored for a moment)."""
+    import threading
+
+    docs = tmp_path / "docs"
+    labels = ["harbour budget", "wind turbines", "lentil recipes", "tax forms", "annual report", "bridge survey"]
+    for i, label in enumerate(labels):
+        make_pdf(docs / f"doc{i}.pdf", label, 1 + i % 2)
+    done = run_docpc("index", docs, "--store", tmp_path / "store", "--model", tiny_checkpoint)
+    assert done.returncode == 0, done.describe()
+    proc, url = _start(docpc_command() + ["serve", "--store", str(tmp_path / "store"), "--bind", "127.0.0.1:0"])
+    stop = threading.Event()
+    problems: list[str] = []
+    answers: list[int] = []
+
+    def client(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            r = httpx.post(f"{url}/search", json={"query": labels[(n + i) % 6], "k": 6, "images": 3}, timeout=120)
+            i += 1
+            if r.status_code != 200:
+                problems.append(f"{r.status_code}: {r.text[:300]}")
+                continue
+            sources = [h["source"] for h in r.json()["results"]]
+            answers.append(len(sources))
+            if len(sources) != len(set(sources)) or len(set(sources)) != 6:
+                problems.append(f"{len(sources)} results, {len(set(sources))} files: {sources}")
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for round_ in range(3):
+            for i in range(0, 6, 2):  # half the files change each round
+                make_pdf(docs / f"doc{i}.pdf", f"{labels[i]} revised {round_}", 1 + (i + round_) % 2)
+            done = run_docpc("index", docs, "--store", tmp_path / "store", "--model", tiny_checkpoint)
+            assert done.returncode == 0, done.describe()
+            assert "3 replaced" in done.stdout + done.stderr or "replaced" in done.stdout + done.stderr
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        _stop(proc)
+    assert len(answers) >= 8, "the clients hardly searched while the store changed"
+    assert problems == []

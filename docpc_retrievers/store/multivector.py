@@ -180,7 +180,8 @@ class MultiVectorStore:
             self._forget_local(self._view.open())
 
     def _new_view(self, dim: int) -> StoreView:
-        return StoreView(self.engine, self.cache, self.path, dim=dim, config=self.search_config, lock=self._mutex)
+        return StoreView(self.engine, self.cache, self.path, dim=dim, config=self.search_config, lock=self._mutex,
+                         on_change=self._forget_local)
 
     _n = property(lambda self: self._view.n if self._view is not None else {}, doc="Vector count per known document.")
     _parts = property(lambda self: self._view.parts if self._view is not None else {}, doc="Part split per record.")

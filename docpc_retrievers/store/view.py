@@ -47,8 +47,11 @@ class StoreView:
     """Vector counts (``n``), parts and the search backend of the documents this process knows."""
 
     def __init__(self, engine: ChromaEngine, cache: VectorCache, path: Path, *, dim: int,
-                 config: SearchConfig, lock: Any = None) -> None:
+                 config: SearchConfig, lock: Any = None,
+                 on_change: Callable[[list[str]], None] | None = None) -> None:
         self.engine, self.cache, self.path, self.dim, self.config = engine, cache, path, dim, config
+        self.on_change = on_change
+        """Told the ids a search's own look at the feed changed (the store drops what it remembers of them)."""
         self.lock = lock if lock is not None else threading.RLock()
         """The store's lock: every call into the view holds it."""
         self.n: dict[str, int] = {}
@@ -171,8 +174,16 @@ class StoreView:
                     continue
                 sources.add(source)
                 found.append((h, dict(meta), extra))
-            if not dropped - gone or len(found) >= k:
+            if len(found) >= k:
                 break
+            if not dropped - gone:
+                # Fewer than k, nothing refused by the read: documents deleted while they were scored (they score
+                # -inf and drop out of the ranking). What the feed says since decides whether to look again.
+                touched = self.follow()
+                if not touched:
+                    break
+                if self.on_change is not None:
+                    self.on_change(touched)
             gone |= dropped
         return found[:k]
 
