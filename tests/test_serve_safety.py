@@ -236,3 +236,22 @@ def test_searches_with_pictures_while_documents_are_replaced_never_fail_duplicat
         _stop(proc)
     assert len(answers) >= 8, "the clients hardly searched while the store changed"
     assert problems == []
+
+
+async def test_docpc_mcp_speaks_mcp_on_stdio_with_no_flag_a_launcher_would_swallow(store: tuple[Path, Path]) -> None:
+    """Finding 11: `docpc mcp --store PATH` is the desktop and Inspector entry point (no --transport to clash)."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    _, path = store
+    command = docpc_command()
+    params = StdioServerParameters(command=command[0], args=[*command[1:], "mcp", "--store", str(path)],
+                                   env=subprocess_env())
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert {"search", "explain", "list", "info"} <= tools
+        found = await session.call_tool("search", {"query": "tax forms", "k": 2, "images": 0})
+        assert len(json.loads(found.content[0].text)["results"]) == 2
+        refused = await session.call_tool("search", {"query": "tax", "k": "2"})
+        assert refused.isError and "k must be an integer" in refused.content[0].text

@@ -40,6 +40,16 @@ def register(sub: Any) -> None:
                    help="a web page origin (scheme://host[:port]) allowed to call the server (repeatable); requests "
                    "carrying any other Origin are refused")
     p.set_defaults(func=run)
+    m = sub.add_parser(
+        "mcp", help="answer MCP on standard input and output (what desktop clients and the MCP Inspector start)",
+        description="Serve a store over MCP on standard input and output, as `docpc serve --transport stdio` does, "
+        "with no option whose name clashes with the launchers' own (the MCP Inspector takes --transport itself): "
+        "`npx @modelcontextprotocol/inspector docpc mcp --store PATH`.",
+    )
+    add_store_options(m, store_required=True)
+    m.add_argument("--image-side", type=int, default=1024,
+                   help="longest side of returned page images (pixels, 32 to 8192; default 1024)")
+    m.set_defaults(func=run, transport="stdio", bind="127.0.0.1:0", token=None, allow_host=[], allow_origin=[])
 
 
 def run(args: argparse.Namespace) -> int:
