@@ -64,7 +64,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> I
     assert done.returncode == 0, done.describe()
     with DocPCIndex(store, model=tiny_checkpoint) as index:
         expected = {q: _pairs([r.to_dict() for r in index.search(q, 3)]) for q in QUERIES}
-    proc, url = _start(docpc_command() + ["serve", "--store", str(store), "--bind", "127.0.0.1:0", "--token", TOKEN])
+    proc, url = _start(docpc_command() + ["serve", "--store", str(store), "--bind", "127.0.0.1:0", "--token", TOKEN,
+                                          "--full-paths"])  # answers compared with DocPCIndex's, paths and all
     try:
         yield Served(url, store, tiny_checkpoint, expected)
     finally:

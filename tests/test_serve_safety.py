@@ -139,7 +139,7 @@ def test_under_is_resolved_where_the_command_was_typed(served: Served) -> None:
                      cwd=served.root)
     assert done.returncode == 0, done.describe()
     sources = [r["source"] for r in json.loads(done.stdout)]
-    assert sources and all("/docs/a/" in s for s in sources), sources
+    assert sorted(sources) == ["a/doc1.pdf", "a/doc3.pdf"], sources  # shown relative to the documents' folder
 
 
 def test_a_bad_image_side_fails_at_start(store: tuple[Path, Path]) -> None:
@@ -255,3 +255,22 @@ async def test_docpc_mcp_speaks_mcp_on_stdio_with_no_flag_a_launcher_would_swall
         assert len(json.loads(found.content[0].text)["results"]) == 2
         refused = await session.call_tool("search", {"query": "tax", "k": "2"})
         assert refused.isError and "k must be an integer" in refused.content[0].text
+
+
+def test_paths_are_shown_relative_to_the_documents_folder_and_resources_list_names_documents(served: Served) -> None:
+    """Finding 10: hits, listings and /info do not give this machine's absolute paths (the store's, the model's,
+    the sources'); a shown path works as `under`; MCP resources/list names the documents, not only templates."""
+    info = httpx.get(f"{served.url}/info").json()
+    assert "path" not in info and "model_path" not in info and not str(info["model"]).startswith("/")
+    hits = httpx.post(f"{served.url}/search", json={"query": "tax", "k": 4}).json()["results"]
+    sources = [h["source"] for h in hits]
+    assert sorted(sources) == ["a/doc1.pdf", "a/doc3.pdf", "b/doc0.pdf", "b/doc2.pdf"]
+    assert all(h["metadata"].get("source", h["source"]) == h["source"] for h in hits)
+    listed = httpx.get(f"{served.url}/documents").json()["documents"]
+    assert {d["source"] for d in listed} == set(sources)
+    under = httpx.post(f"{served.url}/search", json={"query": "tax", "k": 4, "under": "a"}).json()["results"]
+    assert sorted(h["source"] for h in under) == ["a/doc1.pdf", "a/doc3.pdf"]
+    r = httpx.post(f"{served.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {}},
+                   headers={"Accept": "application/json, text/event-stream"})
+    uris = {res["uri"] for res in r.json()["result"]["resources"]}
+    assert len(uris) == 4 and all(u.startswith("docpc://documents/") for u in uris)

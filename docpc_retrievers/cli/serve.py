@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
                    help="another name this server answers to in the Host header (repeatable); on loopback only the "
                    "bound address (and localhost for 127.0.0.1 and ::1) is accepted, so a web page cannot reach it "
                    "through DNS rebinding")
+    p.add_argument("--full-paths", action="store_true",
+                   help="name sources, the store and the model by their full paths on this machine (default: sources "
+                   "relative to the folder they share, no store or model folders)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="a web page origin (scheme://host[:port]) allowed to call the server (repeatable); requests "
                    "carrying any other Origin are refused")
@@ -49,6 +52,7 @@ def register(sub: Any) -> None:
     add_store_options(m, store_required=True)
     m.add_argument("--image-side", type=int, default=1024,
                    help="longest side of returned page images (pixels, 32 to 8192; default 1024)")
+    m.add_argument("--full-paths", action="store_true", help="name sources, the store and the model by their full paths")
     m.set_defaults(func=run, transport="stdio", bind="127.0.0.1:0", token=None, allow_host=[], allow_origin=[])
 
 
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--image-side {args.image_side}: give a number of pixels from 32 to 8192")
     require_store(args)
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        service = StoreService(index, image_side=args.image_side)
+        service = StoreService(index, image_side=args.image_side, full_paths=args.full_paths)
         if args.transport == "stdio":
             serve_stdio(service)
         else:

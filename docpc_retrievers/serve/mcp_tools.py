@@ -60,7 +60,10 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {"search": check_search, "explain": c
 
 class _CheckedMCP(FastMCP):
     """FastMCP whose tool calls pass the server's one request check first: the same types, the same unknown-field
-    rule and the same messages as the JSON API (the SDK alone would turn ``"5"`` into 5 and drop unknown fields)."""
+    rule and the same messages as the JSON API (the SDK alone would turn ``"5"`` into 5 and drop unknown fields),
+    and whose ``resources/list`` names the stored documents (the SDK lists only the templates)."""
+
+    service: StoreService
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         check = _CHECKS.get(name)
@@ -71,12 +74,28 @@ class _CheckedMCP(FastMCP):
                 raise ToolError(str(exc)) from None
         return await super().call_tool(name, arguments)
 
+    async def list_resources(self) -> list[Any]:
+        """The stored documents as resources (the first :data:`LISTED_RESOURCES`; ``list`` pages through all)."""
+        from mcp.types import Resource
+
+        listed = await anyio.to_thread.run_sync(
+            partial(self.service.documents, check_list({"limit": LISTED_RESOURCES})))
+        return [*await super().list_resources(),
+                *(Resource(uri=f"docpc://documents/{d['id']}", name=str(d.get("title") or d["id"]),
+                           description=str(d.get("source") or ""), mimeType="application/json")
+                  for d in listed["documents"])]
+
+
+LISTED_RESOURCES = 1000
+"""Documents ``resources/list`` names (the ``list`` tool pages through any number)."""
+
 
 def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 8765) -> FastMCP:
     """A FastMCP server whose tools and resources answer from ``service``; stateless over HTTP (any request may
     reach any worker, and no session outlives its request)."""
     mcp = _CheckedMCP("docpc", instructions=INSTRUCTIONS, host=host, port=port, stateless_http=True,
                       json_response=True, log_level="WARNING")
+    mcp.service = service
 
     @mcp.tool(name="search", structured_output=False)
     async def search(query: str, k: int = DEFAULT_TOP_K, filters: dict[str, Any] | None = None, under: list[str] | None = None,

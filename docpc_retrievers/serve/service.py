@@ -17,6 +17,7 @@ from docpc_retrievers.image_bytes import png_bytes
 from docpc_retrievers.errors import DocPCError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import SearchResult
+from docpc_retrievers.serve.paths import PathDisplay
 from docpc_retrievers.serve.requests import LIMITS, ExplainRequest, ListRequest, RequestError, SearchRequest
 
 __all__ = ["MAX_K", "PageImage", "ServiceError", "StoreService"]
@@ -52,11 +53,13 @@ def _json_safe(value: Any) -> Any:
 class StoreService:
     """Search, explain and list one store; ``image_side`` bounds every picture's longer side (pixels)."""
 
-    def __init__(self, index: DocPCIndex, *, image_side: int = 1024) -> None:
+    def __init__(self, index: DocPCIndex, *, image_side: int = 1024, full_paths: bool = False) -> None:
         if isinstance(image_side, bool) or not isinstance(image_side, int) or not 32 <= image_side <= 8192:
             raise ValueError(f"image_side must be a number of pixels from 32 to 8192, got {image_side!r}")
         self.index = index
         self.image_side = image_side
+        self.paths = PathDisplay(lambda: (str(d.metadata.get("source") or "") for d in index.documents()),
+                                 lambda: len(index), full=full_paths)
 
     def ready(self) -> str:
         """Load the model now (the server says it is ready only once queries can be encoded); its id."""
@@ -68,11 +71,13 @@ class StoreService:
         """The top ``k`` hits as the CLI's ``--json`` dicts, and the best page of the first ``images`` hits (a hit
         whose picture can no longer be read, its document replaced meanwhile, comes without one)."""
         hits = self.search_results(request)
-        return [h.to_dict() for h in hits], [p for p in (self.best_page(h) for h in hits[: request.images]) if p]
+        return ([self.paths.result(h.to_dict()) for h in hits],
+                [p for p in (self.best_page(h) for h in hits[: request.images]) if p])
 
     def search_results(self, request: SearchRequest) -> list[SearchResult]:
         """:meth:`DocPCIndex.search` for a checked request."""
-        return self.index.search(request.query, request.k, filters=request.filters, under=request.under or None,
+        under = [self.paths.taken(p) for p in request.under] or None
+        return self.index.search(request.query, request.k, filters=request.filters, under=under,
                                  rerank=request.rerank)
 
     def best_page(self, hit: SearchResult) -> PageImage | None:
@@ -121,7 +126,7 @@ class StoreService:
         e = self.index.explain(query, doc_id)
         out = {
             "id": e.doc_id, "query": e.query, "score": e.score, "grid_score": e.grid_score, "mode": e.mode,
-            "title": e.title, "source": e.source,
+            "title": e.title, "source": self.paths.shown(e.source),
             "shares": {str(p): round(s, 6) for p, s in e.shares.items()},
             "breakdown": {k: round(v, 6) for k, v in e.breakdown().items()},
             "crops": [{"page": c.page, "label": c.label, "from": c.source, "region": list(c.region)} for c in e.crops],
@@ -139,16 +144,16 @@ class StoreService:
         """Stored documents (those matching ``where``), ``limit`` from ``offset``, and how many match: the count
         and the page come from one pass over the records, so they agree even while documents are committed."""
         listed = list(self.index.documents(request.where))
-        docs = [_listed(d) for d in islice(listed, request.offset, request.offset + request.limit)]
+        docs = [self.paths.result(_listed(d)) for d in islice(listed, request.offset, request.offset + request.limit)]
         return {"documents": docs, "offset": request.offset, "total": len(listed)}
 
     def document(self, doc_id: str) -> dict[str, Any]:
         """One document's stored metadata (JSON-safe)."""
-        return _json_safe({"id": doc_id, **self._metadata(doc_id)})
+        return _json_safe(self.paths.result({"id": doc_id, **self._metadata(doc_id)}))
 
     def info(self) -> dict[str, Any]:
         """What the store holds and how it was built (``docpc info``)."""
-        return _json_safe(self.index.info())
+        return _json_safe(self.paths.info(self.index.info()))
 
     def _metadata(self, doc_id: str) -> dict[str, Any]:
         if not isinstance(doc_id, str) or not doc_id:
