@@ -274,3 +274,37 @@ def test_paths_are_shown_relative_to_the_documents_folder_and_resources_list_nam
                    headers={"Accept": "application/json, text/event-stream"})
     uris = {res["uri"] for res in r.json()["result"]["resources"]}
     assert len(uris) == 4 and all(u.startswith("docpc://documents/") for u in uris)
+
+
+def test_a_served_store_deleted_and_rebuilt_is_reported_then_served_again_without_a_restart(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """Finding 8: deleting the served store's folder makes /health say why (JSON, 503) and searches refuse with the
+    reason; the server writes nothing into the path meanwhile, so the rebuild succeeds; then every route answers
+    from the new store, without a restart."""
+    import shutil
+
+    docs, store = tmp_path / "docs", tmp_path / "store"
+    for i, label in enumerate(["harbour budget", "wind turbines", "lentil recipes"]):
+        make_pdf(docs / f"doc{i}.pdf", label, 1)
+    assert run_docpc("index", docs, "--store", store, "--model", tiny_checkpoint).returncode == 0
+    proc, url = _start(docpc_command() + ["serve", "--store", str(store), "--bind", "127.0.0.1:0"])
+    try:
+        first = httpx.post(f"{url}/search", json={"query": "wind", "k": 3, "images": 2})
+        assert first.status_code == 200 and len(first.json()["results"]) == 3
+        shutil.rmtree(store)
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json()["status"] == "unhealthy"
+        assert "gone" in health.json()["reason"]
+        gone = httpx.post(f"{url}/search", json={"query": "wind", "k": 3, "images": 2})
+        assert gone.status_code == 503 and "gone" in gone.json()["error"]
+        assert not store.exists()  # nothing written into the path while the store is away
+        make_pdf(docs / "doc3.pdf", "tax forms", 1)
+        rebuilt = run_docpc("index", docs, "--store", store, "--model", tiny_checkpoint)
+        assert rebuilt.returncode == 0, rebuilt.describe()
+        assert httpx.get(f"{url}/health").json() == {"status": "ok", "model": str(tiny_checkpoint), "documents": 4}
+        again = httpx.post(f"{url}/search", json={"query": "wind", "k": 4, "images": 2})
+        assert again.status_code == 200 and len(again.json()["results"]) == 4
+        assert httpx.get(f"{url}/documents").json()["total"] == 4
+    finally:
+        _stop(proc)

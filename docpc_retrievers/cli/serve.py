@@ -73,10 +73,19 @@ def run(args: argparse.Namespace) -> int:
     if not 32 <= args.image_side <= 8192:
         raise UsageError(f"--image-side {args.image_side}: give a number of pixels from 32 to 8192")
     require_store(args)
-    with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        service = StoreService(index, image_side=args.image_side, full_paths=args.full_paths)
+    kwargs = store_kwargs(args)
+    index = DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **kwargs)
+
+    def reopen(encoder: Any) -> DocPCIndex:  # the folder was rebuilt: the same store, the model already loaded
+        return DocPCIndex(args.store, encoder=encoder, **kwargs)
+
+    service = StoreService(index, image_side=args.image_side, full_paths=args.full_paths,
+                           reopen=None if kwargs.get("host") else reopen)
+    try:
         if args.transport == "stdio":
             serve_stdio(service)
         else:
             serve_http(service, host, port, token=token, allow_hosts=args.allow_host, allow_origins=args.allow_origin)
+    finally:
+        service.close()
     return EXIT_OK

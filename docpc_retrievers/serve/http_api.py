@@ -126,7 +126,8 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
         return await _json(service.info)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": model, "documents": len(service.index)})
+        answer, status = await anyio.to_thread.run_sync(service.health)
+        return JSONResponse(answer, status_code=status)
 
     return [
         ("/search", ["POST"], search),

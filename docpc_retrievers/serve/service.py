@@ -7,6 +7,7 @@ the same results as :meth:`DocPCIndex.search <docpc_retrievers.index.DocPCIndex.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -17,7 +18,9 @@ from docpc_retrievers.image_bytes import png_bytes
 from docpc_retrievers.errors import DocPCError, PDFLoadError
 from docpc_retrievers.index import DocPCIndex
 from docpc_retrievers.results import SearchResult
+from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.serve.paths import PathDisplay
+from docpc_retrievers.serve.store_watch import StoreWatch
 from docpc_retrievers.serve.requests import LIMITS, ExplainRequest, ListRequest, RequestError, SearchRequest
 
 __all__ = ["MAX_K", "PageImage", "ServiceError", "StoreService"]
@@ -53,13 +56,31 @@ def _json_safe(value: Any) -> Any:
 class StoreService:
     """Search, explain and list one store; ``image_side`` bounds every picture's longer side (pixels)."""
 
-    def __init__(self, index: DocPCIndex, *, image_side: int = 1024, full_paths: bool = False) -> None:
+    def __init__(self, index: DocPCIndex, *, image_side: int = 1024, full_paths: bool = False,
+                 reopen: Callable[[Encoder], DocPCIndex] | None = None) -> None:
         if isinstance(image_side, bool) or not isinstance(image_side, int) or not 32 <= image_side <= 8192:
             raise ValueError(f"image_side must be a number of pixels from 32 to 8192, got {image_side!r}")
-        self.index = index
+        self.watch = StoreWatch(index, reopen)
         self.image_side = image_side
-        self.paths = PathDisplay(lambda: (str(d.metadata.get("source") or "") for d in index.documents()),
-                                 lambda: len(index), full=full_paths)
+        self.paths = PathDisplay(lambda: (str(d.metadata.get("source") or "") for d in self.index.documents()),
+                                 lambda: len(self.index), full=full_paths)
+
+    @property
+    def index(self) -> DocPCIndex:
+        """The store being served (reopened when its folder was rebuilt; RequestError 503 while it is gone)."""
+        return self.watch.current()
+
+    def health(self) -> tuple[dict[str, Any], int]:
+        """``/health``'s answer and status: ok with the document count, or unhealthy (503) with the reason."""
+        try:
+            index = self.index
+            return {"status": "ok", "model": index.encoder.model_id, "documents": len(index)}, 200
+        except RequestError as exc:
+            return {"status": "unhealthy", "reason": str(exc)}, 503
+
+    def close(self) -> None:
+        """Close the store being served (not one whose folder was deleted or replaced meanwhile)."""
+        self.watch.close()
 
     def ready(self) -> str:
         """Load the model now (the server says it is ready only once queries can be encoded); its id."""
