@@ -123,6 +123,8 @@ def test_requests_past_the_limits_get_a_json_refusal_naming_the_limit(served: Se
     too_many = httpx.post(f"{served.url}/search", json={"query": "x", "k": 101})
     assert too_many.status_code == 400 and "from 1 to 100" in too_many.json()["error"]
     assert _tool_error(_mcp(served.url, "search", {"query": "word " * 20_000})).count("1,000") == 1
+    tokens = httpx.post(f"{served.url}/search", json={"query": "zq" * 400})  # 800 characters, more tokens than 512
+    assert tokens.status_code == 413 and "tokens" in tokens.json()["error"] and "512" in tokens.json()["error"]
 
 
 def test_the_document_count_and_list_come_from_one_read(served: Served) -> None:

@@ -29,6 +29,8 @@ class Limits:
 
     query_chars: int = 1000
     """A query's length in characters (the encoder's time grows with it; a normal question is under 300)."""
+    query_tokens: int = 512
+    """A query's length in the model's tokens (checked by the service, which holds the tokenizer)."""
     k: int = 100
     images: int = 10
     list_limit: int = 1000

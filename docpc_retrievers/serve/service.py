@@ -96,10 +96,21 @@ class StoreService:
                 [p for p in (self.best_page(h) for h in hits[: request.images]) if p])
 
     def search_results(self, request: SearchRequest) -> list[SearchResult]:
-        """:meth:`DocPCIndex.search` for a checked request."""
+        """:meth:`DocPCIndex.search` for a checked request (its query at most ``LIMITS.query_tokens`` tokens)."""
+        self.check_tokens(request.query)
         under = [self.paths.taken(p) for p in request.under] or None
         return self.index.search(request.query, request.k, filters=request.filters, under=under,
                                  rerank=request.rerank)
+
+    def check_tokens(self, query: str) -> None:
+        """RequestError (413) for a query longer than the limit in the tokens the encoder will see."""
+        tokenizer = getattr(getattr(self.index.encoder, "processor", None), "tokenizer", None)
+        if tokenizer is None:
+            return
+        n = len(tokenizer(query, add_special_tokens=False)["input_ids"])
+        if n > LIMITS.query_tokens:
+            raise RequestError(f"query is {n:,} tokens long for this model; this server takes at most "
+                               f"{LIMITS.query_tokens:,}", status=413)
 
     def best_page(self, hit: SearchResult) -> PageImage | None:
         """The hit's best evidence page cut from its stored grid (None when the store keeps no grids)."""
@@ -143,6 +154,7 @@ class StoreService:
     def explain(self, request: ExplainRequest) -> tuple[dict[str, Any], list[PageImage]]:
         """Why a document matched a query: page shares and where the score went, the overlay and the crops."""
         query, doc_id = request.query, request.id
+        self.check_tokens(query)
         self._metadata(doc_id)
         e = self.index.explain(query, doc_id)
         out = {
