@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import shutil
 import tempfile
@@ -32,6 +33,21 @@ from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_PAGE_SIZE", "MODES", "DocPCIndex", "IndexSettings"]
+
+
+def recorded_index_settings(path: str | os.PathLike[str], *, host: str | None = None, port: int = 8000,
+                            collection: str = "docpc") -> dict[str, Any] | None:
+    """The index settings an existing store recorded (None for a new store): options given for another run are laid
+    over these, so what a run does not mention (the pool factor, the page count) stays as the store has it."""
+    layout = StoreLayout.at(path)
+    if host is None and not layout.manifest.exists():
+        return None
+    try:
+        with MultiVectorStore(layout.root, host=host, port=port, collection=collection) as store:
+            recorded = store.settings.get("index")
+    except Exception:  # not a store yet (an empty folder, a collection not created): the new-store defaults
+        return None
+    return dict(recorded) if isinstance(recorded, dict) else None
 
 
 class DocPCIndex:
@@ -95,7 +111,12 @@ class DocPCIndex:
         ``metadata``: as :meth:`Indexer.add_pdfs`; other ``kwargs``: the constructor.
         """
         if kwargs.get("settings") is None and (strategy is not None or pages is not None):
-            kwargs["settings"] = IndexSettings(strategy=strategy or "first", pages=pages or 4)
+            # The shortcuts change page selection only: an existing store keeps what else it recorded (its pool
+            # factor above all), so they are laid over its settings, not over the defaults of new stores.
+            recorded = recorded_index_settings(path, **{k: kwargs[k] for k in ("host", "port", "collection")
+                                                        if k in kwargs}) if path is not None else None
+            base = IndexSettings.from_dict(recorded) if recorded else IndexSettings()
+            kwargs["settings"] = replace(base, strategy=strategy or "first", pages=pages or 4, grid=None)
         index = cls(path, writable=True, **kwargs)
         try:
             index.add_pdfs(paths, password=password, progress=progress, workers=workers, prune=prune, metadata=metadata)

@@ -48,7 +48,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
     p.add_argument(
         "--pool-factor", type=positive_int,
-        help="keep about 1/N of each image's vectors, pooled (new stores; default 2, 1: no pooling)",
+        help="keep about 1/N of each image's vectors, pooled (new stores; default 1: every vector; 2 halves the "
+        "bytes and keeps 0.91-0.95 of the exact top 10 on real token vectors, against 0.99+ unpooled)",
     )
     p.add_argument(
         "--no-grids", action="store_true", default=None,
@@ -92,19 +93,21 @@ def register(sub: Any) -> None:
 def _settings(args: argparse.Namespace) -> Any:
     """Index settings from the options given; options not given keep the store's recorded values."""
     from docpc_retrievers.config import IndexSettings
-    from docpc_retrievers.store.layout import StoreLayout
+    from docpc_retrievers.index import recorded_index_settings
 
     given = {k: getattr(args, k) for k in ("mode", "strategy", "grid", "seed", "pool_factor") if getattr(args, k) is not None}
     if args.no_grids:
         given["grid_previews"] = False
     if args.pages is not None:
         given["pages"] = args.pages or None  # 0 stands for every page
-    recorded = StoreLayout.at(args.store).recorded_settings().get("index")
+    if not given:
+        return None
+    recorded = recorded_index_settings(args.store, **store_kwargs(args))
     try:
         base = IndexSettings.from_dict(recorded) if isinstance(recorded, dict) else IndexSettings()
         if "grid" not in given and ("pages" in given or given.get("mode") == "page"):
             base = replace(base, grid=None)  # the shape follows the new K (or there is no grid)
-        return replace(base, **given) if given else None
+        return replace(base, **given)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -137,15 +137,6 @@ class StoreLayout:
             raise StoreError(f"{self.root} is not a docpc store and holds other files ({shown}); give a new or "
                              "empty folder for the store, e.g. a subfolder")
 
-    def recorded_settings(self) -> dict[str, Any]:
-        """The settings recorded in the manifest, without opening the store ({} when none or unreadable)."""
-        try:
-            data = json.loads(self.manifest.read_text())
-        except (OSError, ValueError):
-            return {}
-        settings = data.get("settings") if isinstance(data, dict) else None
-        return settings if isinstance(settings, dict) else {}
-
     def read_retriever_options(self) -> dict[str, Any]:
         """Options a framework retriever saved with the store ({} when none)."""
         path = self.retriever_options

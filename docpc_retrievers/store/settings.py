@@ -57,9 +57,13 @@ def check_settings(
                 "pass a copy of the store's own model (any path; its fingerprint must match), omit --model / "
                 "model= to use the recorded one, or index into a new store"
             )
+        rebuild = ""
+        if "pool_factor" in keys:
+            rebuild = (f"; to change the pool factor, build a new store: docpc index YOUR_PDFS --store NEW_STORE "
+                       f"--pool-factor {want.get('pool_factor')}")
         raise SettingsMismatchError(
             f"store {path} was built with different {section} settings ({'; '.join(diffs)}); "
-            "these are fixed when a store is created; index into a new store to change them"
+            f"these are fixed when a store is created; index into a new store to change them{rebuild}"
         )
 
 
