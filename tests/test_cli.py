@@ -502,8 +502,8 @@ def test_pool_factor_and_no_grids_are_recorded_and_shown_by_info(runs: Runs, cor
     text = runs["info_pool3_text"]
     assert text.returncode == 0, text.describe()
     assert "pool factor 3" in text.stdout and "no grid previews" in text.stdout
-    main = runs["info"].json()  # the default store: factor 2, previews kept
-    assert main["pool_factor"] == 2 and main["grid_previews"] is True and main["bytes_grid_images"] > 0
+    main = runs["info"].json()  # the default store: every vector kept (factor 1, quality first), previews kept
+    assert main["pool_factor"] == 1 and main["grid_previews"] is True and main["bytes_grid_images"] > 0
     with DocPCIndex(runs.work / "pool3") as index:
         assert index.settings.pool_factor == 3 and not index.settings.grid_previews
         assert not index.grids.store_grids
