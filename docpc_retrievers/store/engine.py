@@ -113,13 +113,17 @@ class ChromaEngine:
         self.client = client
         self.name = name
         self.docs = self._collection(name, {"hnsw": {"space": "ip"}})
-        self.blobs = self._collection(f"{name}.blobs", None, indexed=("doc", "kind"))
+        # The payload's vectors are 1-d placeholders, so its index can save often; Chroma keeps each record in its
+        # write log until that collection's index saves (every 1,000 records by default): saving every 50 purges
+        # the log of payload copies sooner (new stores; an existing collection keeps its own).
+        self.blobs = self._collection(f"{name}.blobs", None, indexed=("doc", "kind"), sync_every=50)
         self.log = self._collection(f"{name}.log", None, indexed=("op",))
         self.identity = str(self.docs.id)
         #: Change-feed keys of this engine's own last commit (so its reader need not re-read them).
         self.last_keys: list[str] = []
 
-    def _collection(self, name: str, configuration: Mapping[str, Any] | None, indexed: Sequence[str] = ()) -> Any:
+    def _collection(self, name: str, configuration: Mapping[str, Any] | None, indexed: Sequence[str] = (),
+                    sync_every: int | None = None) -> Any:
         """Get or create a collection; payload collections index only the string keys searches filter on.
 
         Why: a payload value needs no inverted index. Chroma's distributed deployment honours the
@@ -136,6 +140,11 @@ class ChromaEngine:
                 schema.delete_index(config=StringInvertedIndexConfig())
                 for key in indexed:
                     schema.create_index(config=StringInvertedIndexConfig(), key=key)
+                if sync_every is not None:
+                    from chromadb import HnswIndexConfig, VectorIndexConfig
+
+                    hnsw = HnswIndexConfig(sync_threshold=sync_every, batch_size=sync_every)
+                    schema.create_index(config=VectorIndexConfig(hnsw=hnsw))
                 return self.client.get_or_create_collection(name, schema=schema, **kwargs)
             except (ImportError, TypeError, ValueError) as exc:
                 logger.debug("collection %s without a schema: %s", name, exc)
