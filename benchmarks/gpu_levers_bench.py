@@ -15,11 +15,11 @@ in the same run:
 2. the image processor per image on the CPU and on the GPU, and the vectors each gives (cosine);
 3. attention: sdpa with each of its kernels forced, eager, flex_attention; batch 64; padding per batch
    with batches grouped by pixel area (what the encoder does) against by visual-token count;
-4. end to end: rendering in worker processes + preparation + encoding of the corpus copied ``--copies``
-   times, and rendering alone, so the slower side is named;
+4. end to end (``end_to_end_workers``): rendering in worker processes + preparation + encoding of the corpus
+   copied ``--copies`` times, and rendering alone, at several worker counts, so the slower side is named;
 5. ``torch.compile`` of the repeated blocks (compile time counted) and of the whole model.
 
-Steps run in that order while ``--budget`` seconds last; the JSON is rewritten after each one.
+Steps run while ``--budget`` seconds last (``--steps`` picks some); the JSON is rewritten after each one.
 """
 
 from __future__ import annotations
@@ -429,48 +429,6 @@ def main() -> None:
 
     run.step("attention_and_batch", 60, attention)
 
-    def end_to_end() -> dict[str, Any]:
-        from docpc_retrievers.documents.rendering import RenderJob
-        from docpc_retrievers.documents.workers import make_renderer
-
-        folder = Path(tempfile.mkdtemp(prefix="docpc-e2e-"))
-        files = []
-        for c in range(args.copies):
-            for path in pdfs:
-                target = folder / f"c{c:02d}-{path.name}"
-                shutil.copyfile(path, target)
-                files.append(target)
-        workers = max(1, min(14, (torch.get_num_threads() or 2) - 2))
-        job = RenderJob(IndexSettings(), None, None, previews=True)
-
-        def plan(path: Path) -> tuple[Path, str]:
-            return path, document_id(path)
-
-        def render_only() -> int:
-            with make_renderer(job, workers=workers, ahead=64) as renderer:
-                return sum(1 for _, r in renderer.imap(files, plan) if r is not None and r.doc is not None)
-
-        def render_and_encode() -> int:
-            done = 0
-            with make_renderer(job, workers=workers, ahead=64) as renderer:
-                pending: list[Any] = []
-                for _, r in renderer.imap(files, plan):
-                    if r is not None and r.doc is not None and r.doc.grid is not None:
-                        pending.append(r.doc.grid.image)
-                    if len(pending) == enc.batch_size:
-                        done += len(enc.encode_images_with_info(pending))
-                        pending = []
-                done += len(enc.encode_images_with_info(pending)) if pending else 0
-            return done
-
-        n_docs = sum(1 for _ in files) - (len(pdfs) - len(grids)) * args.copies
-        res = {"documents": n_docs, "render_workers": workers,
-               "render_only_docs_per_s": rate(render_only, n_docs),
-               "render_prepare_encode_docs_per_s": rate(render_and_encode, n_docs)}
-        shutil.rmtree(folder, ignore_errors=True)
-        return res
-
-    run.step("end_to_end", 60, end_to_end)
 
     def compiled(whole: bool) -> dict[str, Any]:
         import torch._dynamo

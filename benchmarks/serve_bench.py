@@ -47,6 +47,16 @@ def _docpc() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "docpc_retrievers.cli.app"]
 
 
+def indexed_store(corpus_arg: str | None, work: Path) -> Path:
+    """The corpus (or the generated 'small' set) indexed with the tiny random checkpoint into ``work/store``."""
+    model = build_tiny_colqwen2(work / "checkpoint", seed=0)
+    corpus = _corpus(corpus_arg, work)
+    store = work / "store"
+    subprocess.run([*_docpc(), "index", str(corpus), "--store", str(store), "--model", str(model)],
+                   env=_env(), check=True, capture_output=True)
+    return store
+
+
 async def _mcp_times(url: str, queries: list[str]) -> list[float]:
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
@@ -71,12 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     queries = (QUERIES * 10)[: args.queries]
     with tempfile.TemporaryDirectory(prefix="docpc-serve-bench-") as tmp:
-        work = Path(tmp)
-        model = build_tiny_colqwen2(work / "checkpoint", seed=0)
-        corpus = _corpus(args.corpus, work)
-        store = work / "store"
-        subprocess.run([*_docpc(), "index", str(corpus), "--store", str(store), "--model", str(model)],
-                       env=_env(), check=True, capture_output=True)
+        store = indexed_store(args.corpus, Path(tmp))
         one_shot = []
         for q in queries:
             t0 = time.perf_counter()

@@ -27,10 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_name  # noqa: E402
-from rerank_bench import QUERIES, _corpus  # noqa: E402
-from serve_bench import _docpc, _env  # noqa: E402
-
-from docpc_retrievers.testing.tiny_checkpoint import build_tiny_colqwen2  # noqa: E402
+from rerank_bench import QUERIES  # noqa: E402
+from serve_bench import _docpc, _env, indexed_store  # noqa: E402
 
 
 def _load(url: str, clients: int, requests: int) -> float:
@@ -56,12 +54,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="docpc-serve-clients-") as tmp:
-        work = Path(tmp)
-        model = build_tiny_colqwen2(work / "checkpoint", seed=0)
-        corpus = _corpus(args.corpus, work)
-        store = work / "store"
-        subprocess.run([*_docpc(), "index", str(corpus), "--store", str(store), "--model", str(model)],
-                       env=_env(), check=True, capture_output=True)
+        store = indexed_store(args.corpus, Path(tmp))
         server = subprocess.Popen([*_docpc(), "serve", "--store", str(store), "--bind", "127.0.0.1:0"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env())
         try:

@@ -350,8 +350,9 @@ class SearchOptions:
     store's own count by query length); more find more of the exact top k, more slowly.
     ``under``: only documents whose source lies in one of these folders (or is one of these files), matched by
     path as ``delete`` matches a folder, whether or not the files are still on disk.
-    ``grids``: each result comes with its grid preview (``SearchResult.grid_image``), read in the same pass as its
-    metadata, so a document deleted meanwhile gives its slot to the next one instead of lacking its picture.
+    ``grids`` / ``texts``: each result comes with its grid preview (``SearchResult.grid_image``) / its text
+    (``SearchResult.text``), read in the same pass as its metadata, so a document deleted meanwhile gives its slot
+    to the next one instead of lacking them; off, a search reads neither (the CLI and the server print neither).
     """
 
     top_k: int = DEFAULT_TOP_K
@@ -363,6 +364,7 @@ class SearchOptions:
     candidates: int | None = None
     under: tuple[str, ...] = ()
     grids: bool = False
+    texts: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:

@@ -36,9 +36,8 @@ DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> list[Hit]:
     """Search ``index`` and return hits with text, metadata and the pictures ``options`` ask for, best first."""
     text_query = check_query(query)
-    search = options.search_options()
-    if options.return_images == "grid":  # read with each hit, so a document deleted meanwhile is replaced in the store
-        search = replace(search, grids=True)
+    # Text and grid read with each hit, so a document deleted meanwhile is replaced in the store, not failed here.
+    search = replace(options.search_options(), texts=True, grids=options.return_images == "grid")
     results = above_thresholds(index.search_with([text_query], search)[0], options)
     logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
     unread = [r.id for r in results if r.text is None]

@@ -70,11 +70,11 @@ class Searcher:
             return [[] for _ in texts]
         vectors = self._encoder().encode_queries(texts)
         depth = options.depth
-        # Each hit comes with its text and vectors from the store's one read: a document deleted by another writer
+        # Each hit comes with its vectors (and text, grid) from the store's one read: a document deleted by another writer
         # meanwhile has already given its slot to the next one there, so nothing below fails on it.
         hits = self.store.search_batch(
             vectors, depth, where=options.filters, ids=within, aggregate=options.aggregate,
-            n_candidates=options.candidates, with_text=True, with_vectors=True, with_grid=options.grids,
+            n_candidates=options.candidates, with_text=options.texts, with_vectors=True, with_grid=options.grids,
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):
