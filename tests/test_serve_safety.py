@@ -129,6 +129,12 @@ def test_requests_past_the_limits_get_a_json_refusal_naming_the_limit(served: Se
     assert nested.status_code == 400 and "32 levels" in nested.json()["error"]
     too_many = httpx.post(f"{served.url}/search", json={"query": "x", "k": 101})
     assert too_many.status_code == 400 and "from 1 to 100" in too_many.json()["error"]
+    pictures = httpx.post(f"{served.url}/search", json={"query": "x", "images": 11})
+    assert pictures.status_code == 400 and "from 0 to 10" in pictures.json()["error"]
+    listing = httpx.get(f"{served.url}/documents", params={"limit": 1001})
+    assert listing.status_code == 400 and "from 1 to 1000" in listing.json()["error"]
+    paths = httpx.post(f"{served.url}/search", json={"query": "x", "under": [f"/p{i}" for i in range(101)]})
+    assert paths.status_code == 400 and "at most 100" in paths.json()["error"]
     assert _tool_error(_mcp(served.url, "search", {"query": "word " * 20_000})).count("1,000") == 1
     tokens = httpx.post(f"{served.url}/search", json={"query": "zq" * 400})  # 800 characters, more tokens than 512
     assert tokens.status_code == 413 and "tokens" in tokens.json()["error"] and "512" in tokens.json()["error"]
@@ -315,5 +321,19 @@ def test_a_served_store_deleted_and_rebuilt_is_reported_then_served_again_withou
         again = httpx.post(f"{url}/search", json={"query": "wind", "k": 4, "images": 2})
         assert again.status_code == 200 and len(again.json()["results"]) == 4
         assert httpx.get(f"{url}/documents").json()["total"] == 4
+    finally:
+        _stop(proc)
+
+
+def test_names_and_origins_the_operator_allows_get_in_and_no_others(store: tuple[Path, Path]) -> None:
+    """--allow-host adds a name the Host header may carry (a proxy's); --allow-origin lets one web page call."""
+    _, path = store
+    proc, url = _start(docpc_command() + ["serve", "--store", str(path), "--bind", "127.0.0.1:0",
+                                          "--allow-host", "docs.example", "--allow-origin", "http://app.example"])
+    try:
+        assert httpx.get(f"{url}/health", headers={"Host": "docs.example"}).status_code == 200
+        assert httpx.get(f"{url}/health", headers={"Host": "other.example"}).status_code == 421
+        assert httpx.get(f"{url}/health", headers={"Origin": "http://app.example"}).status_code == 200
+        assert httpx.get(f"{url}/health", headers={"Origin": "http://app.example.evil"}).status_code == 403
     finally:
         _stop(proc)
