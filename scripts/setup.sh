@@ -30,7 +30,14 @@ fi
 # switched off, so the two always match.
 pip_clean() { local py="$1"; shift; PIP_FIND_LINKS="" PIP_CONFIG_FILE=/dev/null "$py" -m pip "$@"; }
 
-# A virtual environment at $2 made with interpreter $1, holding a checked torch/torchvision pair.
+# Free space in whole GiB on the disk holding $1 (POSIX df, so it reads the same on Linux and macOS).
+free_gib() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
+# The registry's torch/torchvision pair takes about 6 GiB in a virtual environment (a CUDA build on x86_64 Linux)
+# and about 9 GiB while it installs.
+TORCH_GIB=9
+
+# A virtual environment at $2 made with interpreter $1, holding a checked torch/torchvision pair. Returns non-zero,
+# having said why, when the pair cannot be installed (a full disk is the usual cause).
 make_env() {
   local python="$1" venv="$2"
   if [ ! -x "$venv/bin/python" ]; then
@@ -38,8 +45,14 @@ make_env() {
     "$python" -m venv "$venv"
   fi
   if ! "$venv/bin/python" "$ROOT/scripts/check_torch.py" --quiet 2>/dev/null; then
-    echo "==> installing a matching torch/torchvision pair into $venv (large download, a few minutes)"
-    pip_clean "$venv/bin/python" install --quiet --disable-pip-version-check -c "$CONSTRAINTS" torch torchvision
+    echo "==> installing a matching torch/torchvision pair into $venv (large download, a few minutes;" \
+         "$(free_gib "$venv") GiB free, about $TORCH_GIB GiB needed)"
+    if ! pip_clean "$venv/bin/python" install --quiet --disable-pip-version-check -c "$CONSTRAINTS" torch torchvision
+    then
+      echo "setup: installing torch/torchvision into $venv failed with $(free_gib "$venv") GiB free on its disk" \
+           "(about $TORCH_GIB GiB is needed while it installs); free some space and re-run scripts/setup.sh" >&2
+      return 1
+    fi
   fi
 }
 
@@ -98,7 +111,18 @@ if [ "${DOCPC_OTHER_PYTHONS:-1}" != "0" ]; then
       echo "==> Python $version (declared) is not on this machine: its smoke test will be skipped"
       continue
     fi
-    make_env "$interpreter" "$ROOT/.venv-py$version"
+    # Each of these environments holds its own torch: with too little disk left they are not made, and their smoke
+    # tests skip, rather than the whole setup failing half way (the main environment and its suite come first).
+    if [ ! -x "$ROOT/.venv-py$version/bin/python" ] && [ "$(free_gib "$ROOT")" -lt $((TORCH_GIB + 3)) ]; then
+      echo "==> only $(free_gib "$ROOT") GiB free: not making .venv-py$version (about $((TORCH_GIB + 3)) GiB with" \
+           "room for the tests); its smoke test will be skipped"
+      continue
+    fi
+    if ! make_env "$interpreter" "$ROOT/.venv-py$version"; then
+      rm -rf "$ROOT/.venv-py$version"
+      echo "==> .venv-py$version removed: its smoke test will be skipped"
+      continue
+    fi
     echo "==> installing docpc-retrievers and its integrations for Python $version"
     set_packages ""
     pip_clean "$ROOT/.venv-py$version/bin/python" install --quiet --disable-pip-version-check -c "$CONSTRAINTS" \
