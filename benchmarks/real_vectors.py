@@ -250,14 +250,23 @@ def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0) -> Real
             chosen.append((int(u), parts, sentence))
             total += len(parts)
     chosen.sort()
+    done = _encoded_before(cache, key, seed)
     docs: list[np.ndarray] = []
     names: list[str] = []
     for u, parts, _ in chosen:
         for j, ids in enumerate(parts):
-            docs.append(encode_ids(model, ids, proj).astype(np.float16))
-            names.append(f"{every[u].source}#{j}")
+            name = f"{every[u].source}#{j}"
+            # A smaller set built with the same seed drew the same parts (the same random lengths, in the same
+            # order) for the units they share, so its vectors serve again where the length agrees.
+            earlier = done.get(name)
+            reused = earlier is not None and earlier.shape[0] == len(ids) and all(
+                f"{every[u].source}#{i}" in done and done[f"{every[u].source}#{i}"].shape[0] == len(parts[i])
+                for i in range(j))
+            docs.append(earlier if reused else encode_ids(model, ids, proj).astype(np.float16))
+            names.append(name)
             if len(docs) % 500 == 0:
                 log.info("encoded %d of %d documents", len(docs), n_docs)
+    log.info("%d of %d documents' vectors taken from smaller cached sets", sum(n in done for n in names), len(names))
     picked = rng.permutation(len(chosen))
     texts = {
         "short": [every[chosen[i][0]].title for i in picked if 2 <= len(every[chosen[i][0]].title.split()) <= 12][:n_queries],
@@ -279,6 +288,16 @@ def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0) -> Real
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return _load(folder)
+
+
+def _encoded_before(cache: Path, key: str, seed: int) -> dict[str, np.ndarray]:
+    """Vectors by document name from every smaller set cached with the same units and seed."""
+    out: dict[str, np.ndarray] = {}
+    for folder in sorted(cache.glob(f"{key}-*-{seed}")):
+        if (folder / "manifest.json").exists():
+            corpus = _load(folder)
+            out.update(zip(corpus.names, corpus.vectors))
+    return out
 
 
 def _split(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:

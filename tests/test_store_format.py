@@ -1,4 +1,4 @@
-"""Format 2: everything in Chroma, compact vectors, a cache that can vanish, old stores migrated."""
+"""Formats 2 and 3: everything in Chroma, compact vectors, a cache that can vanish, old stores migrated."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ import pytest
 from PIL import Image
 
 from docpc_retrievers.errors import DocumentNotFoundError, StoreError
-from docpc_retrievers.store.codec import chunk_payload, dequantize, join_payload, pack_vectors, quantize, unpack_vectors
+import base64
+import os
+
+from docpc_retrievers.store.codec import (
+    b85_decode, b85_encode, chunk_payload, dequantize, join_payload, pack_vectors, quantize, unpack_vectors,
+)
+from docpc_retrievers.store.engine import STORE_FORMAT
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.encoders.pooling import pool_vectors
 
@@ -54,6 +60,70 @@ def test_codec_round_trips_and_chunks_fit_hosted_quotas() -> None:
     for meta in records:
         assert len(meta) <= 24 and all(len(v) <= 4000 for v in meta.values())  # 32 keys, 4 KB per value
     assert join_payload(records) == data
+
+
+@pytest.mark.parametrize("n", [*range(13), 4000, 60_001])
+def test_base85_is_the_standard_library_s_and_every_packing_round_trips(n: int) -> None:
+    data = os.urandom(n)
+    assert b85_encode(data) == base64.b85encode(data).decode("ascii")
+    assert b85_decode(b85_encode(data)) == data
+    for packing in ("b64", "b85", "z85"):
+        records = chunk_payload(data, packing)
+        assert all(len(m) <= 25 and all(len(v) <= 4000 for v in m.values()) for m in records)
+        assert join_payload(records) == data
+
+
+def test_z85_compresses_what_shrinks_and_falls_back_to_base85_for_what_does_not() -> None:
+    """Vectors' bytes compress (zeros here, entirely); random bytes (like a WebP grid) are only base85-packed."""
+    zeros, noise = bytes(60_000), os.urandom(60_000)
+    assert chunk_payload(zeros, "z85")[0]["c"] == "z85" and len(chunk_payload(zeros, "z85")[0]["p0"]) < 1000
+    packed = chunk_payload(noise, "z85")
+    assert {m["c"] for m in packed} == {"b85"}
+    assert sum(len(v) for m in packed for k, v in m.items() if k != "c") == 75_000  # 5 characters per 4 bytes
+    assert "c" not in chunk_payload(noise, "b64")[0]  # base64 records look as format 2 wrote them
+    with pytest.raises(ValueError, match="upgrade docpc-retrievers"):
+        join_payload([{"c": "zstd", "p0": "abc"}])
+    with pytest.raises(ValueError, match="unknown payload packing"):
+        chunk_payload(b"x", "b32")
+
+
+def _blob_packings(store: MultiVectorStore) -> set[str]:
+    got = store.engine.blobs.get(include=["metadatas"])["metadatas"]
+    return {str(m.get("c", "b64")) for m in got}
+
+
+def test_a_new_store_is_format_3_with_packed_payloads_and_a_format_2_store_stays_base64(tmp_path: Path) -> None:
+    """New stores pack payloads as zlib+base85 (format 3); a store written as format 2 keeps writing base64, so an
+    older version still reads what this one adds; both read back the same vectors, grids and long texts."""
+    docs, ids = _docs(6), _ids(6)
+    grid = os.urandom(3000)
+    with MultiVectorStore(tmp_path / "new", writable=True) as store:
+        store.add(ids, docs, [{"n": i} for i in range(6)], texts=["y" * 30_000] * 6, grids=[grid] * 6)
+        assert store.engine.read_manifest()["format"] == STORE_FORMAT == 3
+        assert _blob_packings(store) == {"z85", "b85"}  # vectors and text compress; the random grid does not
+    with MultiVectorStore(tmp_path / "old", writable=True) as store:
+        store.add(ids[:1], docs[:1], [{"n": 0}])
+        manifest = store.engine.read_manifest()
+        store.engine.write_manifest({**manifest, "format": 2})
+    with MultiVectorStore(tmp_path / "old", writable=True) as store:
+        store.add(ids[1:], docs[1:], [{"n": i} for i in range(1, 6)], texts=["y" * 30_000] * 5, grids=[grid] * 5)
+        assert store.engine.read_manifest()["format"] == 2
+        new_records = store.engine.blobs.get(where={"doc": ids[3]}, include=["metadatas"])["metadatas"]
+        assert new_records and all("c" not in m for m in new_records)
+    for name in ("new", "old"):
+        shutil.rmtree(tmp_path / name / "cache", ignore_errors=True)
+        with MultiVectorStore(tmp_path / name) as store:
+            np.testing.assert_allclose(store.vectors(ids[3]), docs[3], atol=0.01)
+            assert store.grid(ids[3]) == grid
+            assert store.texts([ids[3]])[ids[3]] == "y" * 30_000
+
+
+def test_a_store_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(_ids(1), _docs(1), [{"n": 0}])
+        store.engine.write_manifest({**store.engine.read_manifest(), "format": 4})
+    with pytest.raises(StoreError, match="format 4 is not supported by this version"):
+        MultiVectorStore(tmp_path / "s")
 
 
 def test_pooling_keeps_unit_rows_and_anchors_to_members() -> None:

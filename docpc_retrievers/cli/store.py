@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    """``docpc migrate``: format 1 -> 2 in place; a re-run finishes an interrupted one."""
+    """``docpc migrate``: format 1 -> the current format in place; a re-run finishes an interrupted one."""
     from docpc_retrievers.store.migrate import migrate_store
 
     with counting_bar("migrating", not args.no_progress) as progress:

@@ -13,8 +13,9 @@ Chroma layout for a store named ``C``:
   int8 centroids), write sequence, payload record counts.
 * ``C.blobs``: payload records keyed ``<doc id>.<kind><i>`` (``v`` compact
   vectors, ``g`` grid preview, ``t`` text beyond what one document field may
-  hold), base64 split over metadata values of at most 4,000 characters
-  (payload in the document field would be full-text indexed: 7x the bytes).
+  hold), as text split over metadata values of at most 4,000 characters
+  (payload in the document field would be full-text indexed: 7x the bytes):
+  base64 in format 2, zlib and base85 in format 3 (codec.py).
 * ``C.log``: the change feed, one record per commit (per 400 ids): key
   ``<sequence>-<put|delete>-<random>-<i>``, the ids as its text; the
   microsecond sequence orders commits. Readers list the keys after their
@@ -41,12 +42,21 @@ from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.chroma_client import unreachable
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 
-__all__ = ["Change", "ChromaEngine", "DocumentRecord", "STORE_FORMAT"]
+__all__ = ["READABLE_FORMATS", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
 
 logger = logging.getLogger(__name__)
 
-#: Format 1 (0.1): records in Chroma, vectors and grids in local files. Format 2: everything in Chroma.
-STORE_FORMAT = 2
+#: Format 1 (0.1): records in Chroma, vectors and grids in local files. Format 2: everything in Chroma, payloads
+#: as base64. Format 3 (new stores): payloads packed as zlib and base85, about 0.9x the characters, each record
+#: naming its packing (an older version refuses the store by its format instead of misreading it).
+STORE_FORMAT = 3
+#: The formats this version reads and writes (a format-2 store keeps writing base64, so older versions still read it).
+READABLE_FORMATS = (2, 3)
+
+
+def payload_packing(store_format: int) -> str:
+    """How a store of ``store_format`` packs new payloads (codec.PACKINGS)."""
+    return "b64" if store_format < 3 else "z85"
 #: A reader re-reads this much of the change feed before its last position (microseconds), so a
 #: commit that took a sequence number just before another writer's, but landed after it, is not missed.
 _LOOKBACK_US = 120_000_000
@@ -119,6 +129,8 @@ class ChromaEngine:
         self.blobs = self._collection(f"{name}.blobs", None, indexed=("doc", "kind"), sync_every=50)
         self.log = self._collection(f"{name}.log", None, indexed=("op",))
         self.identity = str(self.docs.id)
+        #: How new payloads become text (see :func:`payload_packing`); the store sets it from its format.
+        self.packing = payload_packing(STORE_FORMAT)
         #: Change-feed keys of this engine's own last commit (so its reader need not re-read them).
         self.last_keys: list[str] = []
 
@@ -185,7 +197,7 @@ class ChromaEngine:
             for kind, data in (("v", d.vectors), ("g", d.grid), ("t", self._overflow(d.text))):
                 n = 0
                 if data is not None:
-                    for i, chunk in enumerate(chunk_payload(data)):
+                    for i, chunk in enumerate(chunk_payload(data, self.packing)):
                         blob_ids.append(f"{d.id}.{kind}{i}")
                         blob_metas.append({"doc": d.id, "kind": kind, "i": i, "seq": seq, **chunk})
                         n += 1

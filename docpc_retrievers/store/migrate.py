@@ -2,8 +2,8 @@
 
 Format 1 kept records in Chroma but each document's float16 vectors in local
 segment files (``vectors/*.f16``) and its grid as ``grids/<id>.png``. The
-migration rewrites every record in format 2 (compact int8 vectors, summary
-and lossless-WebP grid all in Chroma; see engine.py), a batch at a time.
+migration rewrites every record in the current format (compact int8 vectors,
+summary and lossless-WebP grid all in Chroma; see engine.py), a batch at a time.
 A record already converted is recognised and skipped, so an interrupted
 migration is finished by running it again. Vectors are not pooled (pool
 factor 1 is recorded): pooling needs no re-encoding, but changes scores, and
@@ -28,7 +28,7 @@ from docpc_retrievers.documents.preview import encode_grid
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.codec import encode_int8, pack_vectors
 from docpc_retrievers.store.chroma_client import chroma_client
-from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord
+from docpc_retrievers.store.engine import READABLE_FORMATS, STORE_FORMAT, ChromaEngine, DocumentRecord
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
 from docpc_retrievers.store.search.centroids import document_centroids
@@ -55,7 +55,7 @@ class MigrationReport:
 def migrate_store(
     path: str | Path, *, batch_size: int = 32, on_progress: Callable[[int, int], None] | None = None
 ) -> MigrationReport:
-    """Convert the format-1 store at ``path`` to format 2 in place; ``on_progress(done, total)`` after each batch.
+    """Convert the format-1 store at ``path`` to the current format in place; ``on_progress(done, total)`` after each batch.
 
     Raises :class:`StoreError` when ``path`` holds no store, or one that is already current.
     """
@@ -64,8 +64,9 @@ def migrate_store(
         manifest = json.loads(layout.manifest.read_text())
     except (OSError, ValueError) as exc:
         raise StoreError(f"no docpc store at {layout.root} ({exc})") from None
-    if manifest.get("format") == STORE_FORMAT:
-        raise StoreError(f"store {layout.root} is already in the current format ({STORE_FORMAT}); nothing to migrate")
+    if manifest.get("format") in READABLE_FORMATS:
+        raise StoreError(f"store {layout.root} is already in a current format ({manifest.get('format')}); nothing to"
+                         " migrate")
     if manifest.get("format") != 1:
         raise StoreError(f"store {layout.root}: format {manifest.get('format')!r} cannot be migrated")
     lock = WriterLock(layout.lock)

@@ -26,7 +26,7 @@ from docpc_retrievers.store import statistics
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.chroma_client import chroma_client, require_collection
-from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine
+from docpc_retrievers.store.engine import READABLE_FORMATS, STORE_FORMAT, ChromaEngine, payload_packing
 from docpc_retrievers.store.hit_reads import grid_bytes, hit_reader
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
@@ -102,8 +102,11 @@ class MultiVectorStore:
                 require_collection(self._client, self.collection_name, host)
             self.engine = ChromaEngine(self._client, self.collection_name)
             self._manifest = self.engine.read_manifest()
-            if self._manifest.get("format", STORE_FORMAT) != STORE_FORMAT and not allow_old_format:
-                raise StoreError(f"store {self.path}: format {self._manifest.get('format')} is not supported")
+            store_format = self._manifest.get("format", STORE_FORMAT)
+            if store_format not in READABLE_FORMATS and not allow_old_format:
+                raise StoreError(f"store {self.path}: format {store_format} is not supported by this version"
+                                 f" (it reads formats {', '.join(map(str, READABLE_FORMATS))})")
+            self.engine.packing = payload_packing(int(store_format))
             if writable:
                 self.path.mkdir(parents=True, exist_ok=True)
                 if host is None and not self.layout.manifest.exists():
@@ -152,7 +155,7 @@ class MultiVectorStore:
                 self.engine.write_manifest(self._manifest)
             return
         self._manifest["settings"] = json.loads(json.dumps(dict(settings)))
-        self._manifest["format"] = STORE_FORMAT
+        self._manifest.setdefault("format", STORE_FORMAT)
         self.engine.write_manifest(self._manifest)
 
     @property
