@@ -222,6 +222,9 @@ def main() -> None:
                     help="instead of --systems: the default search once per int8 kernel (default = the machine's "
                          "choice, then int_mm, onednn, float32 forced), hits compared with the default's")
     ap.add_argument("--kernel-queries", type=int, default=5, help="queries per set with --kernels")
+    ap.add_argument("--fast-plaid-python", help="also run fast-plaid (PLAID) over the same stored rows and unfiltered "
+                                                "sets, through fast_plaid_peer.py in this interpreter")
+    ap.add_argument("--fast-plaid-nbits", type=int, nargs="+", default=[4], help="fast-plaid residual bits to run")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
@@ -240,9 +243,31 @@ def main() -> None:
         log.info("measuring %s", name)
         search(sets[next(iter(sets))][0][0], None)  # warm: first-use costs are not a query's
         result["systems"][name] = measure(search, sets, ids, truth)
+    if args.fast_plaid_python:
+        result["peers"] = fast_plaid_run(args, rows, ids, sets, truth)
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+
+
+def fast_plaid_run(args: argparse.Namespace, rows: StoredRows, ids: list[str], sets: dict[str, tuple[list, Any]],
+                   truth: dict[str, list[list[str]]]) -> dict[str, Any]:
+    """fast-plaid over the same stored (dequantised) rows, on the unfiltered sets: recall@10 of the same truth,
+    p50/p90, bytes a document and build rate (store_bench's runner)."""
+    import shutil
+    import tempfile
+
+    from store_bench import _fast_plaid
+
+    slot = {d: i for i, d in enumerate(ids)}
+    plain = {name: qs for name, (qs, allowed) in sets.items() if allowed is None}
+    exact = {name: [{slot[d] for d in top} for top in truth[name]] for name in plain}
+    tmp = Path(tempfile.mkdtemp(prefix="fast-plaid-"))
+    try:
+        log.info("fast-plaid over %d documents", len(ids))
+        return _fast_plaid(args, rows.float_vectors(), plain, exact, tmp / "run")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def kernel_runs(search: Callable[[np.ndarray, set[str] | None], list[str]], sets: dict[str, tuple[list, Any]],
@@ -316,6 +341,14 @@ def report(result: dict[str, Any]) -> str:
             ratio = f" ({m['p50_ms'] / base[s]['p50_ms']:.2f}x scan)" if base and "scan" not in n else ""
             cells.append(f"{m['recall10']:.3f}, {m['p50_ms']:.1f} / {m['p90_ms']:.1f}{ratio}")
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    for peer, row in result.get("peers", {}).items():
+        if not isinstance(row, dict):
+            lines.append(f"\n{peer}: {row}")
+            continue
+        lines += ["", f"{peer}: {row['bytes_per_doc'] / 1024:.1f} KiB a document, built at "
+                      f"{row['insert_docs_per_s']:.1f} documents/s", "", "| set | recall@10 | p50 / p90 ms |", "|---|---:|---:|"]
+        lines += [f"| {name} | {m['recall10']:.3f} | {m['p50_ms']:.1f} / {m['p90_ms']:.1f} |"
+                  for name, m in row.items() if isinstance(m, dict)]
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import json
 import sqlite3
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,13 +23,14 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from machine import cpu_name  # noqa: E402
 
 
 def _vectors(n: int, factor: int) -> list[np.ndarray]:
     import real_vectors
     import search_bench
 
-    corpus = real_vectors.build(max(n, 5000), real_vectors.DEFAULT_CACHE)  # the 5,000-document cache when it serves
+    corpus = real_vectors.build(5000 if n <= 5000 else 10_000, real_vectors.DEFAULT_CACHE)
     if factor == 1:
         return [np.asarray(v, dtype=np.float32) for v in corpus.vectors[:n]]
     key = f"{corpus.manifest['units_key']}-{corpus.manifest['documents']}"
@@ -73,33 +75,53 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--factors", type=int, nargs="+", default=[1, 2], help="pool factors to build stores with")
+    ap.add_argument("--pool-timing-docs", type=int, default=300,
+                    help="documents whose pooling is timed (pooling itself is cached; its time is added per document)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    import docpc_retrievers
+    from docpc_retrievers.encoders.pooling import pool_vectors
     from docpc_retrievers.store.multivector import MultiVectorStore
 
+    print(f"docpc_retrievers from {Path(docpc_retrievers.__file__).parent}", file=sys.stderr)
     results: dict[str, dict[str, float]] = {}
     vectors_per_doc: dict[str, float] = {}
+    insert_rates: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="docpc-store-bytes-") as tmp:
-        for factor in (1, 2):
+        for factor in args.factors:
             docs = _vectors(args.docs, factor)
+            pool_s = 0.0
+            if factor > 1:  # what pooling costs a document at indexing time, timed on the unpooled rows
+                raw = _vectors(min(args.pool_timing_docs, args.docs), 1)
+                t0 = time.perf_counter()
+                for v in raw:
+                    pool_vectors(v, factor)
+                pool_s = (time.perf_counter() - t0) / len(raw)
             folder = Path(tmp) / f"pool{factor}"
+            t0 = time.perf_counter()
             with MultiVectorStore(folder, writable=True) as store:
                 for s in range(0, len(docs), args.batch):
                     ids = [f"{i:032x}" for i in range(s, min(s + args.batch, len(docs)))]
                     store.add(ids, docs[s : s + args.batch],
                               [{"source": f"/data/docs/{i}.pdf", "title": f"document {i[-6:]}"} for i in ids])
+            add_s = (time.perf_counter() - t0) / len(docs)
+            insert_rates[f"pool {factor}"] = {"store_ms_per_doc": add_s * 1e3, "pool_ms_per_doc": pool_s * 1e3,
+                                              "docs_per_s_with_pooling": 1 / (add_s + pool_s)}
             results[f"pool {factor}"] = parts(folder, len(docs))
             vectors_per_doc[f"pool {factor}"] = float(np.mean([len(d) for d in docs]))
     names = sorted({k for r in results.values() for k in r})
-    print(f"{args.docs} real-vector documents; KiB per document (vectors per document: "
+    print(f"{args.docs} real-vector documents, CPU: {cpu_name()}; KiB per document (vectors per document: "
           + ", ".join(f"{k} {v:.0f}" for k, v in vectors_per_doc.items()) + ")")
-    print(f"{'part':48s} {'pool 1':>10s} {'pool 2':>10s} {'ratio':>7s}")
+    print(f"{'part':48s}" + "".join(f"{k:>10s}" for k in results))
     for name in names:
-        one, two = results["pool 1"].get(name, 0.0), results["pool 2"].get(name, 0.0)
-        print(f"{name:48s} {one / 1024:10.1f} {two / 1024:10.1f} {one / two if two else float('nan'):7.2f}")
+        print(f"{name:48s}" + "".join(f"{r.get(name, 0.0) / 1024:10.1f}" for r in results.values()))
+    for k, r in insert_rates.items():
+        print(f"{k}: store {r['store_ms_per_doc']:.2f} ms a document + pooling {r['pool_ms_per_doc']:.2f} ms = "
+              f"{r['docs_per_s_with_pooling']:.1f} documents/s")
     if args.json:
-        args.json.write_text(json.dumps({"docs": args.docs, "vectors_per_doc": vectors_per_doc, "bytes_per_doc": results},
-                                        indent=1))
+        args.json.write_text(json.dumps({"docs": args.docs, "cpu": cpu_name(), "vectors_per_doc": vectors_per_doc,
+                                         "bytes_per_doc": results, "insert": insert_rates}, indent=1))
 
 
 if __name__ == "__main__":
