@@ -1,7 +1,7 @@
 """Search judged on real token vectors (and synthetic ones as a guard): recall@10 and latency, stage by stage.
 
-Every system searches the same stored vectors in this process (pooled by 2 as the indexer pools, int8 with a
-scale per row as the store keeps them), with no Chroma in the way; the truth is exhaustive float32 MaxSim over
+Every system searches the same stored vectors in this process (unpooled as new stores keep them, or pooled by 2
+with ``--pool-factor 2``; int8 with a scale per row as the store keeps them), with no Chroma in the way; the truth is exhaustive float32 MaxSim over
 those stored vectors, under the same filter. Latency is reported as p50/p90 ms and as a ratio to the exhaustive
 int8 scan measured in the same run, with the CPU's name beside it.
 
@@ -25,7 +25,7 @@ import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +44,36 @@ log = logging.getLogger("search_bench")
 class StoredRows:
     """Documents' int8 rows and scales held in memory: the store's ``VectorSource`` without Chroma or a cache."""
 
-    def __init__(self, ids: list[str], vectors: list[np.ndarray]) -> None:
+    def __init__(self, ids: list[str], vectors: Sequence[np.ndarray]) -> None:
         self.ids = ids
         self.lengths = np.array([v.shape[0] for v in vectors])
         self.offsets = np.concatenate(([0], np.cumsum(self.lengths)))
-        q, s = zip(*(quantize(v) for v in vectors))
-        self.codes = np.ascontiguousarray(np.concatenate(q))
-        self.scales = np.concatenate(s).astype("<f2")
+        self.codes = np.empty((int(self.offsets[-1]), vectors[0].shape[1]), dtype=np.int8)  # filled in place: no
+        self.scales = np.empty(int(self.offsets[-1]), dtype="<f2")                          # second copy at 100k
+        for i, v in enumerate(vectors):
+            a, b = self.offsets[i], self.offsets[i + 1]
+            self.codes[a:b], self.scales[a:b] = quantize(v)
         self.slot = {d: i for i, d in enumerate(ids)}
+
+    @classmethod
+    def streamed(cls, ids: list[str], n_rows: int, dim: int, docs: Iterator[np.ndarray]) -> StoredRows:
+        """Rows quantised as ``docs`` yields them, ``n_rows`` rows each, never holding the float vectors."""
+        self = cls.__new__(cls)
+        self.ids = ids
+        self.lengths = np.full(len(ids), n_rows)
+        self.offsets = np.arange(len(ids) + 1) * n_rows
+        self.codes = np.empty((len(ids) * n_rows, dim), dtype=np.int8)
+        self.scales = np.empty(len(ids) * n_rows, dtype="<f2")
+        for i, v in enumerate(docs):
+            self.codes[i * n_rows : (i + 1) * n_rows], self.scales[i * n_rows : (i + 1) * n_rows] = quantize(v)
+            if (i + 1) % 10_000 == 0:
+                log.info("generated and quantised %d documents", i + 1)
+        self.slot = {d: i for i, d in enumerate(ids)}
+        return self
+
+    def doc_float(self, i: int) -> np.ndarray:
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return self.codes[a:b].astype(np.float32) * self.scales[a:b, None].astype(np.float32)
 
     def doc_rows(self, doc: str) -> tuple[np.ndarray, np.ndarray]:
         i = self.slot[doc]
@@ -72,8 +94,22 @@ class StoredRows:
         return None
 
     def float_vectors(self) -> list[np.ndarray]:
-        return [self.codes[a:b].astype(np.float32) * self.scales[a:b, None].astype(np.float32)
-                for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        return [self.doc_float(i) for i in range(len(self.ids))]
+
+
+class Dequantised(Sequence[np.ndarray]):
+    """The stored rows as float documents, made on access (a 100k-document synthetic set does not fit as floats)."""
+
+    def __init__(self, rows: StoredRows) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows.ids)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.rows.doc_float(j) for j in range(*i.indices(len(self)))]
+        return self.rows.doc_float(int(i) % len(self))
 
 
 def exhaustive_tops(sets: dict[str, tuple[list, Any]], rows: StoredRows, k: int = 10,
@@ -84,6 +120,9 @@ def exhaustive_tops(sets: dict[str, tuple[list, Any]], rows: StoredRows, k: int 
 
     flat = [(name, i, q) for name, (qs, _) in sets.items() for i, q in enumerate(qs)]
     tokens = torch.from_numpy(np.concatenate([q for _, _, q in flat]).astype(np.float32))
+    # about 1 GB of row-by-token products a chunk
+    mean_rows = rows.codes.shape[0] / max(1, len(rows.ids))
+    docs_per_chunk = max(1, min(docs_per_chunk, int(2**28 / (mean_rows * tokens.shape[0]))))
     bounds = np.cumsum([0] + [q.shape[0] for _, _, q in flat])
     owner = torch.from_numpy(np.repeat(np.arange(len(flat)), np.diff(bounds)))
     n_docs = len(rows.ids)
@@ -168,18 +207,33 @@ def real_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np
     return ids, vectors, corpus.buckets, sets
 
 
-def synthetic_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np.ndarray, dict[str, tuple[list, Any]]]:
+def synthetic_sets(args: argparse.Namespace) -> tuple[list[str], Sequence[np.ndarray], np.ndarray,
+                                                     dict[str, tuple[list, Any]]]:
+    """store_bench's skewed generator: grids of 760 vectors, stored as they are (pool factor 1) or pooled by 2.
+    Unpooled, the rows are quantised as they are generated (``args.rows``), the floats never all held."""
     from store_bench import SyntheticCorpus
 
     corpus = SyntheticCorpus(seed=args.seed, skew=1.1)
-    docs = [corpus.document(760) for _ in range(args.docs)]
     every = max(1, args.docs // args.queries)
-    targets = [docs[i] for i in range(every // 2, args.docs, every)][: args.queries]
+    targets: list[np.ndarray] = []
+    ids = [f"{i:032x}" for i in range(args.docs)]
+
+    def documents() -> Iterator[np.ndarray]:
+        for i in range(args.docs):
+            d = corpus.document(760)
+            if i % every == every // 2 and len(targets) < args.queries:
+                targets.append(d)
+            yield d if args.pool_factor == 1 else pool_vectors(d, 2)[0]
+
+    vectors: Sequence[np.ndarray]
+    if args.pool_factor == 1:
+        args.rows = StoredRows.streamed(ids, 760, 128, documents())
+        vectors = Dequantised(args.rows)
+    else:
+        vectors = list(documents())
     queries = corpus.query_sets(targets)
-    vectors = [pool_vectors(d, 2)[0] for d in docs]
     buckets = np.random.default_rng(args.seed).integers(0, 1000, args.docs)
     filters = {"filter5": np.flatnonzero(buckets < 50), "filter05": np.flatnonzero(buckets < 5)}
-    ids = [f"{i:032x}" for i in range(args.docs)]
     return ids, vectors, buckets, {name: (qs, filters.get(name)) for name, qs in queries.items()}
 
 
@@ -215,8 +269,8 @@ def main() -> None:
     ap.add_argument("--systems", nargs="+", default=["search", "scan"])
     ap.add_argument("--cache", type=Path, default=real_vectors.DEFAULT_CACHE)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pool-factor", type=int, choices=(1, 2), default=2,
-                    help="real vectors stored pooled by 2 (the default store) or not pooled")
+    ap.add_argument("--pool-factor", type=int, choices=(1, 2), default=1,
+                    help="vectors stored as they are (1, new stores' default) or pooled by 2")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--kernels", nargs="+", metavar="KERNEL",
                     help="instead of --systems: the default search once per int8 kernel (default = the machine's "
@@ -227,8 +281,9 @@ def main() -> None:
     ap.add_argument("--fast-plaid-nbits", type=int, nargs="+", default=[4], help="fast-plaid residual bits to run")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    args.rows = None
     ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
-    rows = StoredRows(ids, vectors)
+    rows = args.rows or StoredRows(ids, vectors)
     log.info("%d documents, %d stored rows; exhaustive truth", len(ids), rows.codes.shape[0])
     truth = cached_truth(args, sets, rows)
     result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),
