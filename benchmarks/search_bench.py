@@ -210,7 +210,8 @@ def real_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np
 def synthetic_sets(args: argparse.Namespace) -> tuple[list[str], Sequence[np.ndarray], np.ndarray,
                                                      dict[str, tuple[list, Any]]]:
     """store_bench's skewed generator: grids of 760 vectors, stored as they are (pool factor 1) or pooled by 2.
-    Unpooled, the rows are quantised as they are generated (``args.rows``), the floats never all held."""
+    Unpooled, the rows are quantised as they are generated (a :class:`Dequantised` view over them), the floats never
+    all held."""
     from store_bench import SyntheticCorpus
 
     corpus = SyntheticCorpus(seed=args.seed, skew=1.1)
@@ -227,8 +228,7 @@ def synthetic_sets(args: argparse.Namespace) -> tuple[list[str], Sequence[np.nda
 
     vectors: Sequence[np.ndarray]
     if args.pool_factor == 1:
-        args.rows = StoredRows.streamed(ids, 760, 128, documents())
-        vectors = Dequantised(args.rows)
+        vectors = Dequantised(StoredRows.streamed(ids, 760, 128, documents()))
     else:
         vectors = list(documents())
     queries = corpus.query_sets(targets)
@@ -281,9 +281,8 @@ def main() -> None:
     ap.add_argument("--fast-plaid-nbits", type=int, nargs="+", default=[4], help="fast-plaid residual bits to run")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    args.rows = None
     ids, vectors, _, sets = (real_sets if args.corpus == "real" else synthetic_sets)(args)
-    rows = args.rows or StoredRows(ids, vectors)
+    rows = vectors.rows if isinstance(vectors, Dequantised) else StoredRows(ids, vectors)
     log.info("%d documents, %d stored rows; exhaustive truth", len(ids), rows.codes.shape[0])
     truth = cached_truth(args, sets, rows)
     result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),

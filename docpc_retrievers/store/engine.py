@@ -57,6 +57,8 @@ READABLE_FORMATS = (2, 3)
 def payload_packing(store_format: int) -> str:
     """How a store of ``store_format`` packs new payloads (codec.PACKINGS)."""
     return "b64" if store_format < 3 else "z85"
+
+
 #: A reader re-reads this much of the change feed before its last position (microseconds), so a
 #: commit that took a sequence number just before another writer's, but landed after it, is not missed.
 _LOOKBACK_US = 120_000_000
