@@ -113,9 +113,11 @@ def unpack_vectors(data: bytes, dim: int, n: int) -> tuple[np.ndarray, np.ndarra
 def b85_encode(data: bytes) -> str:
     """Base85 text of ``data``, the same as :func:`base64.b85encode` (unpadded), vectorised: ~50x faster."""
     pad = -len(data) % 4
-    words = np.frombuffer(data + b"\0" * pad, dtype=">u4").astype(np.uint64)
-    digits = (words[:, None] // _POWERS) % 85
-    text = _B85[digits.astype(np.intp)].tobytes()
+    words = np.frombuffer(data + b"\0" * pad, dtype=">u4").astype(np.uint32)
+    digits = np.empty((words.size, 5), dtype=np.uint8)
+    for k in range(4, -1, -1):  # 32-bit divisions, least significant digit first: twice as fast as 64-bit powers
+        words, digits[:, k] = np.divmod(words, np.uint32(85))
+    text = _B85[digits].tobytes()
     return text[: len(text) - pad].decode("ascii")
 
 
