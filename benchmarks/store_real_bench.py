@@ -4,8 +4,9 @@ Where ``search_bench.py`` measures the search over rows held in memory, this ins
 (``real_vectors.py``, unpooled as new stores keep it, or ``--pool-factor 2``) into real stores through
 ``MultiVectorStore.add``: one embedded, one on a ``chroma run`` server on loopback (it ships with chromadb). A
 reader then opens each store with an empty local cache, so everything it searches comes back from Chroma, and
-runs every query set (the filtered ones through ``where``), then every set again on the now warm cache. Recall@10 is of the exhaustive MaxSim ranking over the
-same int8 rows (``search_bench``'s truth, cached), so both stores should agree with it and with each other.
+runs every query set (the filtered ones through ``where``), then every set again on the now warm cache. Recall@10
+is of the exhaustive MaxSim ranking over the same int8 rows (``search_bench``'s truth, cached), so both stores
+should agree with it and with each other.
 
     .venv/bin/python benchmarks/store_real_bench.py --docs 10000 --queries 30 --json out.json
 """
