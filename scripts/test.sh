@@ -5,6 +5,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 ANONYMIZED_TELEMETRY=False
+# Every Chroma client the tests make (theirs, and those of the commands and servers they start) refuses what hosted
+# Chroma's quotas refuse (docpc_retrievers/store/chroma_quotas.py); DOCPC_CHROMA_QUOTAS= runs them without.
+export DOCPC_CHROMA_QUOTAS="${DOCPC_CHROMA_QUOTAS-hosted}"
 # The tests read the sample PDFs in tests/data/sample-pdfs; DOCPC_PDF_CORPUS points them at another copy.
 if [ -n "${DOCPC_PDF_CORPUS:-}" ]; then
   DOCPC_PDF_CORPUS="$(cd "$DOCPC_PDF_CORPUS" && pwd -P)"  # physical: the index stores resolved paths

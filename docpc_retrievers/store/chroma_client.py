@@ -1,5 +1,6 @@
 """Chroma clients for a store: embedded in a folder (a fresh client when the folder was replaced) or a server over
-HTTP, and the errors that say the server cannot be reached."""
+HTTP, held to hosted Chroma's quotas when ``DOCPC_CHROMA_QUOTAS`` asks (chroma_quotas.py), and the errors that say
+the server cannot be reached."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from docpc_retrievers.errors import StoreError
+from docpc_retrievers.store.chroma_quotas import QuotaClient, quotas_from_env
 
 __all__ = ["chroma_client", "require_collection", "unreachable"]
 
@@ -29,18 +31,20 @@ def chroma_client(path: os.PathLike[str] | str | None, host: str | None, port: i
     from chromadb.config import Settings
 
     settings = Settings(anonymized_telemetry=False)
+    quotas = quotas_from_env()
     if host is not None:
         try:
-            return chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
+            client = chromadb.HttpClient(host=host, port=port, ssl=ssl, headers=dict(headers or {}), settings=settings)
         except Exception as exc:
             if unreachable(exc) or "Could not connect" in str(exc):
                 raise StoreError(f"the Chroma server at {host}:{port} cannot be reached ({exc})") from exc
             raise
-    assert path is not None
-    _forget_stale_client(str(path))
-    client = chromadb.PersistentClient(path=str(path), settings=settings)
-    _OPENED[str(path)] = _marker(str(path))
-    return client
+    else:
+        assert path is not None
+        _forget_stale_client(str(path))
+        client = chromadb.PersistentClient(path=str(path), settings=settings)
+        _OPENED[str(path)] = _marker(str(path))
+    return client if quotas is None else QuotaClient(client, quotas)
 
 
 def require_collection(client: Any, name: str, host: str | None) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ import numpy as np
 
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.chroma_client import unreachable
+from docpc_retrievers.store.chroma_quotas import HOSTED
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 
 __all__ = ["READABLE_FORMATS", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
@@ -64,6 +66,10 @@ def payload_packing(store_format: int) -> str:
 _LOOKBACK_US = 120_000_000
 #: Records per Chroma write (hosted Chroma: 300).
 _WRITE_BATCH = 250
+#: Records per Chroma read, by ids or by page (hosted Chroma: 300 results per read).
+_READ_PAGE = HOSTED.results_per_read
+#: Characters of the manifest's JSON per collection metadata value (hosted Chroma: 4 KB per value).
+_MANIFEST_CHARS = 4000
 #: Bytes of text kept in a document record's text field (hosted Chroma: 16 KB); the rest goes to blobs.
 _TEXT_BYTES = 16_000
 
@@ -168,8 +174,7 @@ class ChromaEngine:
     @_translated
     def read_manifest(self) -> dict[str, Any]:
         self.docs = self.client.get_collection(self.name, embedding_function=None)  # collection metadata is cached per handle
-        meta = dict(self.docs.metadata or {})
-        raw = meta.get("docpc_manifest")
+        raw = _joined_manifest(dict(self.docs.metadata or {}))
         if not raw:
             return {}
         try:
@@ -183,8 +188,9 @@ class ChromaEngine:
         merged = {**self.read_manifest(), **dict(manifest)}
         text = json.dumps(merged, sort_keys=True, separators=(",", ":"))
         self.docs = self.client.get_collection(self.name, embedding_function=None)  # fresh collection metadata
-        meta = {k: v for k, v in (self.docs.metadata or {}).items() if not k.startswith("hnsw:")}
-        meta["docpc_manifest"] = text
+        meta = {k: v for k, v in (self.docs.metadata or {}).items()
+                if not k.startswith("hnsw:") and not k.startswith("docpc_manifest")}
+        meta.update(_split_manifest(text))
         self.docs.modify(metadata=meta)
 
     # ------------------------------------------------------------------ writes
@@ -235,7 +241,7 @@ class ChromaEngine:
         seq = _now_seq()
         self._delete_ids(self.docs, ids)
         for s in range(0, len(ids), 100):
-            got = self.blobs.get(where={"doc": {"$in": ids[s : s + 100]}}, include=[])
+            got = self._get_pages(self.blobs, where={"doc": {"$in": ids[s : s + 100]}}, include=[])
             self._delete_ids(self.blobs, got["ids"])
         self._append_log(seq, "delete", ids)
         return seq
@@ -289,18 +295,10 @@ class ChromaEngine:
     def records(self, ids: Sequence[str] | None = None, *, include_summary: bool = True) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         if ids is not None:
-            ids = list(dict.fromkeys(ids))
-            for s in range(0, len(ids), _WRITE_BATCH):
-                got = self.docs.get(ids=ids[s : s + _WRITE_BATCH], include=["metadatas"])
-                out.update(zip(got["ids"], got["metadatas"]))
+            got = self._get_ids(self.docs, ids, include=["metadatas"])
         else:
-            page, start = 2000, 0
-            while True:
-                got = self.docs.get(include=["metadatas"], limit=page, offset=start)
-                out.update(zip(got["ids"], got["metadatas"]))
-                if len(got["ids"]) < page:
-                    break
-                start += page
+            got = self._get_pages(self.docs, include=["metadatas"])
+        out.update(zip(got["ids"], got["metadatas"]))
         if not include_summary:
             for meta in out.values():
                 meta.pop("_summary", None)
@@ -311,8 +309,15 @@ class ChromaEngine:
         self, where: Mapping[str, Any] | None, limit: int, offset: int
     ) -> list[tuple[str, dict[str, Any]]]:
         """One page of ``(id, metadata)`` without the first-stage summary, in Chroma's order."""
-        got = self.docs.get(where=dict(where) if where else None, include=["metadatas"], limit=limit, offset=offset)
         out = []
+        got: dict[str, list[Any]] = {"ids": [], "metadatas": []}
+        for start in range(offset, offset + limit, _READ_PAGE):
+            page = self._get(self.docs, where=dict(where) if where else None, include=["metadatas"],
+                             limit=min(_READ_PAGE, offset + limit - start), offset=start)
+            got["ids"] += page["ids"]
+            got["metadatas"] += page["metadatas"] or []
+            if len(page["ids"]) < min(_READ_PAGE, offset + limit - start):
+                break
         for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
             meta = dict(meta or {})
             meta.pop("_summary", None)
@@ -322,8 +327,7 @@ class ChromaEngine:
     @_translated
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """Document ids, optionally those matching a Chroma ``where`` filter."""
-        got = self.docs.get(where=dict(where) if where else None, include=[])
-        return list(got["ids"])
+        return list(self._get_pages(self.docs, where=dict(where) if where else None, include=[])["ids"])
 
     @_translated
     def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
@@ -332,7 +336,7 @@ class ChromaEngine:
         if not wanted:
             return {}
         where = {"source": wanted[0]} if len(wanted) == 1 else {"source": {"$in": wanted}}
-        got = self.docs.get(where=where, include=["metadatas"])
+        got = self._get_pages(self.docs, where=where, include=["metadatas"])
         out: dict[str, list[str]] = {}
         for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
             out.setdefault(str((meta or {}).get("source")), []).append(doc_id)
@@ -348,7 +352,7 @@ class ChromaEngine:
         """Each stored document's metadata (without the summary) and full text, from one read of its record."""
         if not ids:
             return {}
-        got = self.docs.get(ids=list(dict.fromkeys(ids)), include=["documents", "metadatas"])
+        got = self._get_ids(self.docs, ids, include=["documents", "metadatas"])
         out: dict[str, tuple[dict[str, Any], str]] = {}
         for doc_id, text, meta in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
             meta = dict(meta or {})
@@ -366,7 +370,8 @@ class ChromaEngine:
             return {}
         parts: dict[str, dict[int, dict[str, Any]]] = {}
         for s in range(0, len(ids), 100):
-            got = self.blobs.get(where={"$and": [{"doc": {"$in": ids[s : s + 100]}}, {"kind": kind}]}, include=["metadatas"])
+            got = self._get_pages(self.blobs, where={"$and": [{"doc": {"$in": ids[s : s + 100]}}, {"kind": kind}]},
+                                  include=["metadatas"])
             for meta in got["metadatas"]:
                 parts.setdefault(str(meta["doc"]), {})[int(meta["i"])] = meta
         return {doc: join_payload([chunks[i] for i in sorted(chunks)]) for doc, chunks in parts.items()}
@@ -377,11 +382,11 @@ class ChromaEngine:
 
         Cheap when nothing happened: one query for keys alone (they carry the sequence and the operation).
         """
-        got = self.log.get(where={"seq": {"$gt": int(since) - _LOOKBACK_US}}, include=[])
+        got = self._get_pages(self.log, where={"seq": {"$gt": int(since) - _LOOKBACK_US}}, include=[])
         new = [k for k in got["ids"] if k not in skip]
         if not new:
             return []
-        texts = self.log.get(ids=new, include=["documents"])
+        texts = self._get_ids(self.log, new, include=["documents"])
         out = []
         for key, text in zip(texts["ids"], texts["documents"] or []):
             seq, op = key.split("-")[:2]
@@ -397,9 +402,75 @@ class ChromaEngine:
 
     @_translated
     def position(self) -> tuple[int, set[str]]:
-        keys = self.log.get(include=[])["ids"]
+        keys = self._get_pages(self.log, include=[])["ids"]
         newest = max((int(k.split("-")[0]) for k in keys), default=0)
         return newest, {k for k in keys if int(k.split("-")[0]) > newest - _LOOKBACK_US}
+
+
+    # ------------------------------------------------------- paged reads (quotas)
+    def _get(self, collection: Any, **kwargs: Any) -> Any:
+        """One ``get``, at most hosted Chroma's concurrent reads of a collection in flight from this process."""
+        with _read_slot(str(collection.id)):
+            return collection.get(**kwargs)
+
+    def _get_ids(self, collection: Any, ids: Sequence[str], *, include: list[str],
+                 where: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
+        """Records by id, :data:`_READ_PAGE` ids a read; the fields of ``include`` concatenated."""
+        wanted = list(dict.fromkeys(ids))
+        out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
+        for s in range(0, len(wanted), _READ_PAGE):
+            _extend(out, self._get(collection, ids=wanted[s : s + _READ_PAGE], where=where, include=include), include)
+        return out
+
+    def _get_pages(self, collection: Any, *, include: list[str],
+                   where: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
+        """Every record (matching ``where``), a page of :data:`_READ_PAGE` a read."""
+        out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
+        start = 0
+        while True:
+            got = self._get(collection, where=where, include=include, limit=_READ_PAGE, offset=start)
+            _extend(out, got, include)
+            if len(got["ids"]) < _READ_PAGE:
+                return out
+            start += _READ_PAGE
+
+
+_READ_SLOTS: dict[str, threading.BoundedSemaphore] = {}
+_READ_SLOTS_LOCK = threading.Lock()
+
+
+def _read_slot(collection_id: str) -> threading.BoundedSemaphore:
+    """The semaphore that keeps this process's reads of one collection within hosted Chroma's concurrent reads."""
+    with _READ_SLOTS_LOCK:
+        slot = _READ_SLOTS.get(collection_id)
+        if slot is None:
+            slot = _READ_SLOTS[collection_id] = threading.BoundedSemaphore(HOSTED.concurrent_reads)
+        return slot
+
+
+def _extend(out: dict[str, list[Any]], got: Mapping[str, Any], include: Sequence[str]) -> None:
+    out["ids"].extend(got["ids"])
+    for key in include:
+        out[key].extend(got.get(key) or [])
+
+
+def _split_manifest(text: str) -> dict[str, str]:
+    """The manifest's JSON over collection metadata values of at most :data:`_MANIFEST_CHARS` characters:
+    ``docpc_manifest``, then ``docpc_manifest.1``, ``docpc_manifest.2``... (hosted Chroma: 4 KB a value)."""
+    pieces = [text[i : i + _MANIFEST_CHARS] for i in range(0, len(text), _MANIFEST_CHARS)] or [""]
+    return {("docpc_manifest" if i == 0 else f"docpc_manifest.{i}"): piece for i, piece in enumerate(pieces)}
+
+
+def _joined_manifest(meta: Mapping[str, Any]) -> str:
+    """The manifest's JSON from :func:`_split_manifest`'s values (one value in stores written before the split)."""
+    raw = meta.get("docpc_manifest")
+    if not raw:
+        return ""
+    pieces, i = [str(raw)], 1
+    while f"docpc_manifest.{i}" in meta:
+        pieces.append(str(meta[f"docpc_manifest.{i}"]))
+        i += 1
+    return "".join(pieces)
 
 
 def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:

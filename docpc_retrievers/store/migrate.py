@@ -28,9 +28,11 @@ from docpc_retrievers.documents.preview import encode_grid
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.codec import encode_int8, pack_vectors
 from docpc_retrievers.store.chroma_client import chroma_client
+from docpc_retrievers.store.chroma_quotas import HOSTED
 from docpc_retrievers.store.engine import READABLE_FORMATS, STORE_FORMAT, ChromaEngine, DocumentRecord
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock
+from docpc_retrievers.store.records import parts_value
 from docpc_retrievers.store.search.centroids import document_centroids
 
 __all__ = ["MigrationReport", "migrate_store"]
@@ -96,6 +98,7 @@ def _migrate(
     dim = int(dim)
     maps: dict[str, np.ndarray] = {}
     done = 0
+    batch_size = min(batch_size, HOSTED.results_per_read)
     for start in range(0, total, batch_size):
         got = engine.docs.get(include=["metadatas", "documents"], limit=batch_size, offset=start)
         records = []
@@ -151,7 +154,7 @@ def _write(engine: ChromaEngine, records: list[Any]) -> None:
             "_vb": len(data),
         })
         if parts and len(parts) > 1:
-            meta["_parts"] = parts
+            meta["_parts"] = parts_value(doc_id, parts)
         if grid is not None:
             meta["_gb"] = len(grid)
         mean = vectors.mean(axis=0)

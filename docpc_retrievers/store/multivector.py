@@ -36,6 +36,7 @@ from docpc_retrievers.store.records import (
     StoredDocument,
     build_record,
     check_batch,
+    parts_of,
     public,
     replaced_metadata,
 )
@@ -48,6 +49,9 @@ __all__ = ["AGGREGATES", "MultiVectorStore", "ScoredDocument", "StoredDocument",
 
 
 logger = logging.getLogger(__name__)
+
+#: Documents a writer with no local snapshot still reads whole to open its view: one hosted Chroma read.
+_CHEAP_OPEN = 300
 
 class MultiVectorStore:
     """Per-document multi-vector embeddings with metadata, text and grid previews, kept in Chroma.
@@ -174,6 +178,18 @@ class MultiVectorStore:
         else:
             self._refresh()
 
+    def _load_if_cheap(self) -> bool:
+        """Open the view for a writer when that costs little (a snapshot in the local cache, or a store of at most
+        one read page); whether it is open. A writer needs only the ids it replaces, so on a big store with a cold
+        cache it writes to Chroma alone and a later search follows its commits from the feed."""
+        if self._loaded:
+            self._refresh()
+            return True
+        if self.cache.position or self.engine.count() <= _CHEAP_OPEN:
+            self._load()
+            return True
+        return False
+
     def _load(self) -> None:
         """Open the view of the stored documents (see view.py): the cache's snapshot, else Chroma's records."""
         self._manifest = self.engine.read_manifest() or self._manifest
@@ -252,8 +268,8 @@ class MultiVectorStore:
             if self.dim is None:
                 self._manifest.update(dim=dim, format=STORE_FORMAT)
                 self.engine.write_manifest(self._manifest)
-        self._ensure_loaded()
-        if self._view is None:
+        in_view = self._load_if_cheap()
+        if in_view and self._view is None:
             self._view = self._new_view(dim)
         records, cents, packed = [], [], {}
         with single_blas_thread():  # the summaries' small products: more BLAS threads only spin
@@ -267,20 +283,28 @@ class MultiVectorStore:
                 cents.append(centroids)
                 packed[doc_id] = record.vectors
         seq = self.engine.write(records)
-        self._advance(seq)
         self._forget(list(ids))
+        if self._view is None:  # written to Chroma alone: the view, when it opens, reads it from the feed
+            return
+        self._advance(seq)
         self._view.add([r.id for r in records], cents, [int(r.metadata["_n"]) for r in records],
-                       [tuple(r.metadata["_parts"]) if "_parts" in r.metadata else None for r in records])
+                       [parts_of(r.metadata.get("_parts")) for r in records])
         self.cache.put(packed)
 
     @synchronized
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id (records, vectors, grids); returns how many existed."""
         self._require_writer()
-        self._ensure_loaded()
-        present = [i for i in dict.fromkeys(ids) if i in self._n]
+        wanted = list(dict.fromkeys(ids))
+        if self._load_if_cheap():
+            present = [i for i in wanted if i in self._n]
+        else:
+            stored = self.engine.records(wanted, include_summary=False)
+            present = [i for i in wanted if i in stored]
         if present:
-            self._advance(self.engine.delete(present))
+            seq = self.engine.delete(present)
+            if self._view is not None:
+                self._advance(seq)
             self._forget(present)
         return len(present)
 
@@ -307,7 +331,8 @@ class MultiVectorStore:
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """All document ids, or those whose metadata matches a Chroma ``where`` filter."""
         where = check_where(where)
-        self._ensure_loaded()
+        if not self._load_if_cheap():  # Chroma alone: ids are all a writer reads of a big store
+            return self.engine.ids(where)
         if where is None:
             return list(self._n)
         return self._matching(where)
@@ -319,8 +344,9 @@ class MultiVectorStore:
     @synchronized
     def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
         """Stored document ids by source path, for ``sources`` (one Chroma query, however many paths)."""
-        self._ensure_loaded()
         found = self.engine.ids_by_source(sources)
+        if not self._load_if_cheap():
+            return found
         return {src: kept for src, ids in found.items() if (kept := [i for i in ids if i in self._n])}
 
     @synchronized
@@ -334,8 +360,8 @@ class MultiVectorStore:
 
         A document another writer added meanwhile is written again, which is harmless (records are keyed by content).
         """
-        if not self._loaded:
-            self._load()
+        if not self._loaded and not self._load_if_cheap():
+            return bool(self.engine.records([doc_id], include_summary=False))
         return doc_id in self._n
 
     @synchronized
@@ -360,14 +386,20 @@ class MultiVectorStore:
     @synchronized
     def get(self, ids: Sequence[str] | None = None, *, include_vectors: bool = False) -> list[StoredDocument]:
         """Records by id (missing ids are skipped), or all records."""
-        self._ensure_loaded()
-        wanted = list(self._n) if ids is None else [i for i in ids if i in self._n]
-        records = self.engine.records(wanted, include_summary=False) if wanted else {}
-        return [self._stored(doc_id, records[doc_id], include_vectors) for doc_id in wanted if doc_id in records]
+        if self._load_if_cheap():
+            wanted = list(self._n) if ids is None else [i for i in ids if i in self._n]
+            records = self.engine.records(wanted, include_summary=False) if wanted else {}
+        else:
+            records = self.engine.records(ids, include_summary=False)
+            wanted = list(records) if ids is None else list(ids)
+        return [self._stored(doc_id, records[doc_id], include_vectors) for doc_id in wanted
+                if doc_id in records and "_n" in records[doc_id]]
 
     def _stored(self, doc_id: str, meta: Mapping[str, Any], include_vectors: bool = False) -> StoredDocument:
-        return StoredDocument(doc_id, public(meta), self._n[doc_id], self.vectors(doc_id) if include_vectors else None,
-                              self._parts.get(doc_id, (self._n[doc_id],)))
+        """A record as the user sees it, from its Chroma metadata alone (count and parts are in the record)."""
+        n = int(meta["_n"])
+        return StoredDocument(doc_id, public(meta), n, self.vectors(doc_id) if include_vectors else None,
+                              parts_of(meta.get("_parts")) or (n,))
 
     def iter_documents(self, where: Mapping[str, Any] | None = None, *, page: int = 500) -> Iterator[StoredDocument]:
         """Every stored document (or those matching ``where``), a page of ``page`` records at a time.
@@ -381,9 +413,8 @@ class MultiVectorStore:
         offset = 0
         while True:
             with self._mutex:
-                self._ensure_loaded()
                 rows = self.engine.records_page(where, page, offset)
-                found = [self._stored(i, meta) for i, meta in rows if i in self._n]
+                found = [self._stored(i, meta) for i, meta in rows if "_n" in meta]
             yield from found
             if len(rows) < page:
                 return

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,14 +17,19 @@ from docpc_retrievers.store.codec import (
     encode_int8,
     pack_vectors,
 )
+from docpc_retrievers.store.chroma_quotas import HOSTED
 from docpc_retrievers.store.engine import DocumentRecord
 from docpc_retrievers.store.search.centroids import document_centroids
 
-__all__ = ["INTERNAL_PREFIX", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "replaced_metadata", "public", "summary_text",
+__all__ = ["INTERNAL_PREFIX", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "summary_text",
            "summary_vectors"]
 
 INTERNAL_PREFIX = "_"
 """Metadata keys the store keeps for itself (vector count, summary, parts, sizes)."""
+INTERNAL_KEYS = ("_n", "_summary", "_vb", "_parts", "_gb", "_seq", "_v", "_g", "_t")
+"""Every internal key a record may carry."""
+PUBLIC_KEYS = HOSTED.metadata_keys - len(INTERNAL_KEYS)
+"""Public metadata keys a record may carry: hosted Chroma's quota less the internal keys."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,38 @@ def check_metadata(doc_id: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
                 "use str, int, float, bool, None or a list of one scalar type"
             )
         clean[key] = value
+        size = len((value if isinstance(value, str) else json.dumps(value)).encode("utf-8"))
+        if size > HOSTED.metadata_value_bytes:
+            raise ValueError(f"document {doc_id}: metadata {key!r} holds {size} bytes; Chroma's hosted quota is "
+                             f"{HOSTED.metadata_value_bytes} bytes a value (keep long text in the document's text)")
+    if len(clean) > PUBLIC_KEYS:
+        raise ValueError(f"document {doc_id}: {len(clean)} metadata keys; at most {PUBLIC_KEYS} are kept, the rest of "
+                         f"Chroma's hosted quota of {HOSTED.metadata_keys} keys a record being the store's own")
     return clean
+
+
+def parts_value(doc_id: str, parts: Sequence[int]) -> list[int] | str:
+    """A part split as record metadata: the list itself when its JSON fits one metadata value (hosted Chroma: 4 KB),
+    else ``z:`` and the sizes as zlib-packed uint16 in base64 (a long PDF in page mode: its pages share sizes)."""
+    sizes = [int(v) for v in parts]
+    if len(json.dumps(sizes)) <= HOSTED.metadata_value_bytes:
+        return sizes
+    text = "z:" + base64.b64encode(zlib.compress(np.asarray(sizes, dtype="<u2").tobytes(), 9)).decode("ascii")
+    if len(text) > HOSTED.metadata_value_bytes or max(sizes) > 0xFFFF:
+        raise ValueError(f"document {doc_id}: {len(sizes)} parts of distinct sizes do not fit one metadata value "
+                         f"({len(text)} characters; Chroma's hosted quota is {HOSTED.metadata_value_bytes}): index it "
+                         "in grid mode, or with fewer pages")
+    return text
+
+
+def parts_of(value: Any) -> tuple[int, ...] | None:
+    """A record's part split back from :func:`parts_value`'s form (None when it has none)."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        raw = zlib.decompress(base64.b64decode(value.removeprefix("z:")))
+        return tuple(int(v) for v in np.frombuffer(raw, dtype="<u2"))
+    return tuple(int(v) for v in value)
 
 
 def summary_text(centroids: np.ndarray) -> str:
@@ -147,7 +185,7 @@ def build_record(
     rec.update({"_n": int(vectors.shape[0]), "_summary": summary_text(document_centroids(vectors, n_centroids)),
                 "_vb": len(data)})
     if parts is not None and len(parts) > 1:
-        rec["_parts"] = [int(v) for v in parts]
+        rec["_parts"] = parts_value(doc_id, parts)
     if grid is not None:
         rec["_gb"] = len(grid)
     embedding = mean / max(float(np.linalg.norm(mean)), 1e-12)

@@ -20,7 +20,7 @@ import numpy as np
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.payload import VectorReader
-from docpc_retrievers.store.records import summary_vectors
+from docpc_retrievers.store.records import parts_of, summary_vectors
 from docpc_retrievers.store.search import (
     Scored,
     SearchBackend,
@@ -34,9 +34,9 @@ __all__ = ["StoreView", "checked_queries"]
 logger = logging.getLogger(__name__)
 
 _SAVE_EVERY = 20_000
-"""Documents this process adds after which the snapshot is saved (its in-memory parts folded in)."""
-_SAVE_AFTER = 100
-"""Documents changed by other writers after which the snapshot is saved again."""
+"""Documents changed (added here, or followed from other writers) after which the snapshot is saved, its in-memory
+delta folded in. Below that a change stays an in-memory segment beside the mapped snapshot: following another
+writer costs the changed records, never a rewrite of the whole snapshot inside a search."""
 _RETRIES = 4
 """Rounds a search makes when documents it found were deleted (or replaced) by another writer meanwhile."""
 _FILTERS_KEPT = 32
@@ -92,9 +92,9 @@ class StoreView:
             ids.append(doc_id)
             cents.append(summary_vectors(str(meta["_summary"]), self.dim))
             self.n[doc_id] = int(meta["_n"])
-            parts = meta.get("_parts")
+            parts = parts_of(meta.get("_parts"))
             if parts:
-                self.parts[doc_id] = tuple(int(v) for v in parts)
+                self.parts[doc_id] = parts
         self.backend.add(ids, cents)
 
     def add(self, ids: Sequence[str], summaries: Sequence[np.ndarray], counts: Sequence[int],
@@ -135,7 +135,8 @@ class StoreView:
         self.cache.seen.update(c.key for c in changes)
         self.cache.position = max(self.cache.position, max(c.seq for c in changes))
         self.cache.mark_dirty()
-        if len(touched) > _SAVE_AFTER:
+        self._added_since_save += len(touched)
+        if self._added_since_save >= _SAVE_EVERY:  # bounds the in-memory delta of a reader that never closes
             self.save()
         self._feed_size = size
         return touched
