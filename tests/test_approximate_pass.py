@@ -40,22 +40,22 @@ class _Rows:
         return None
 
 
-def test_blocks_on_threads_score_like_one_pass_and_keep_deleted_documents_at_minus_inf() -> None:
+def test_blocks_on_threads_score_like_one_pass_and_leave_deleted_documents_out() -> None:
     rng = np.random.default_rng(0)
     docs = {f"d{i}": _unit(rng.standard_normal((int(rng.integers(3, 30)), DIM))) for i in range(41)}
     source = _Rows(docs, gone={"d5", "d33"})
     ids = list(docs)
     query = _unit(rng.standard_normal((7, DIM)))
-    whole = exact.exact_scores(query, ids, source, fast=True)[0]
-    blocked = exact.approximate_scores(query, ids, source, block=4, threads=3)
-    assert blocked.shape == (41,)
+    kept, whole, _ = exact.exact_scores(query, ids, source, fast=True)
+    blocked_ids, blocked = exact.approximate_scores(query, ids, source, block=4, threads=3)
+    live = [d for d in ids if d not in {"d5", "d33"}]
+    assert kept == blocked_ids == live and blocked.shape == (39,)
     np.testing.assert_array_equal(blocked, whole)
-    assert np.isneginf(blocked[[5, 33]]).all() and np.isfinite(np.delete(blocked, [5, 33])).all()
+    assert np.isfinite(blocked).all()
     # The approximate scores are close to exact MaxSim over the dequantised rows.
-    reference = maxsim([query], [dequantize(*source.docs[d]) for d in ids])[0]
-    live = np.isfinite(blocked)
-    np.testing.assert_allclose(blocked[live], reference[live], atol=0.05)
-    assert exact.approximate_scores(query, [], source).shape == (0,)
+    reference = maxsim([query], [dequantize(*source.docs[d]) for d in live])[0]
+    np.testing.assert_allclose(blocked, reference, atol=0.05)
+    assert exact.approximate_scores(query, [], source)[1].shape == (0,)
 
 
 def test_a_search_whose_approximate_pass_spans_blocks_on_threads_returns_the_single_thread_ranking(
@@ -73,13 +73,13 @@ def test_a_search_whose_approximate_pass_spans_blocks_on_threads_returns_the_sin
     with MultiVectorStore(tmp_path / "s", search=config.with_options(block=16, threads=2)) as store:
         store.refresh()  # opens the view
         calls: list[int] = []
-        original = store._view.reader.rows
+        original = store.reader.view.reader.rows
 
         def counted(block: Sequence[str]) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
             calls.append(len(block))
             return original(block)
 
-        monkeypatch.setattr(store._view.reader, "rows", counted)
+        monkeypatch.setattr(store.reader.view.reader, "rows", counted)
         many = store.search(query, top_k=10)
     assert [(h.id, h.score) for h in many] == [(h.id, h.score) for h in one]
     assert len(calls) > 2 and max(calls[:-1]) <= 16  # the approximate pass ran in blocks, then the exact pass
@@ -99,7 +99,7 @@ def test_reads_are_hinted_until_a_copy_runs_at_memory_speed_and_again_after_a_sl
         store.add(ids, docs, [{"source": f"/d/{i}.pdf"} for i in range(60)])
     with MultiVectorStore(tmp_path / "s") as store:
         store.count()
-        reader = store._view.reader
+        reader = store.reader.view.reader
         hinted: list[int] = []
         original = reader.cache.advise
         monkeypatch.setattr(reader.cache, "advise", lambda block: (hinted.append(len(block)), original(block))[1])

@@ -31,19 +31,19 @@ def test_search_fills_the_slot_of_a_document_deleted_between_stages(tmp_path: Pa
     with DocPCIndex.from_pdfs([_docs(tmp_path / "docs", 6)], tmp_path / "store", encoder=tiny_encoder, workers=0) as index:
         before = [r.id for r in index.search("stable document", 6)]
         store = index.store
-        real = store._meta_cache.get
+        real = store.reader.metadata.get
         victims: list[str] = []
 
         def delete_first_then_fetch(ids: list[str]) -> dict[str, dict[str, Any]]:
             if not victims and ids:  # another writer deletes the best hit right after the first stage
                 victims.append(ids[0])
                 store.engine.delete([ids[0]])
-                store._meta_cache.forget(ids[0])
+                store.reader.metadata.forget(ids[0])
             return real(ids)
 
-        store._meta_cache.get = delete_first_then_fetch  # type: ignore[method-assign]
+        store.reader.metadata.get = delete_first_then_fetch  # type: ignore[method-assign]
         results = index.search("stable document", 3)
-        store._meta_cache.get = real  # type: ignore[method-assign]
+        store.reader.metadata.get = real  # type: ignore[method-assign]
         assert victims == [before[0]]
         assert [r.id for r in results] == before[1:4]  # the slot went to the next candidate
         assert victims[0] not in {d.id for d in index.documents()}

@@ -205,8 +205,45 @@ def test_a_fresh_writer_of_a_big_store_reads_only_the_records_it_replaces(tmp_pa
         assert writer.ids(where={"source": "/docs/999.pdf"}) == ["new"]
         assert [d.id for d in writer.get(["new", "d0001"])] == ["new"]
         assert not [r for r in reads if r.get("ids") is None and r.get("where") is None], reads
-        assert not writer._loaded  # the view was never opened
+        assert not writer.reader.loaded  # the view was never opened
     with MultiVectorStore(path) as reader:
         assert reader.count() == N_DOCS
         assert "d0001" not in reader and "new" in reader
         assert reader.search(new[0], top_k=1)[0].id == "new"
+
+
+def test_long_ids_split_the_feed_within_a_documents_quota(tmp_path: Path) -> None:
+    """250 ids of 90 characters in one commit: the feed's records stay under 16 KB of text each, and a reader with
+    a cold cache lists the store from the feed."""
+    ids = [f"s3://archive/reports/{'z' * 60}-{i:06d}" for i in range(250)]
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:
+        store.add(ids, _docs(250, seed=3), [{} for _ in ids])
+        keys = store.engine.log.get(include=["documents"])
+        assert len(keys["ids"]) == 2 and all(len(t.encode()) <= HOSTED.document_bytes for t in keys["documents"])
+    shutil.rmtree(tmp_path / "s" / "cache")
+    with MultiVectorStore(tmp_path / "s") as reader:
+        assert reader.engine.live_ids() == ids
+        assert sorted(reader.ids()) == sorted(ids) and reader.count() == 250
+
+
+def test_a_reader_prefetches_every_payload_in_the_background(tmp_path: Path) -> None:
+    """A cold reader started with prefetch() fills its cache 300 documents a read while it can already answer;
+    once done, a search reads no payload from Chroma."""
+    path = tmp_path / "s"
+    docs = _docs(N_DOCS, seed=2)
+    ids = [f"d{i:04d}" for i in range(N_DOCS)]
+    with MultiVectorStore(path, writable=True) as store:
+        store.add(ids, docs, [_meta(i) for i in range(N_DOCS)])
+    shutil.rmtree(path / "cache")
+    with MultiVectorStore(path) as reader:
+        reader.prefetch()
+        assert reader.search(docs[11], top_k=1)[0].id == "d0011"  # answers while the prefetch runs
+        thread = reader.reader._prefetcher
+        assert thread is not None
+        thread.join(60)
+        assert not thread.is_alive() and all(i in reader.cache for i in ids)
+        fetched: list[list[str]] = []
+        real = reader.engine.payload
+        reader.engine.payload = lambda wanted, kind: fetched.append(list(wanted)) or real(wanted, kind)
+        assert reader.search(docs[500], top_k=1)[0].id == "d0500"
+        assert fetched == []

@@ -119,7 +119,7 @@ def test_a_search_takes_the_candidate_count_it_is_given(tmp_path: Path, monkeypa
     with MultiVectorStore(tmp_path / "s", writable=True, search=config) as store:
         store.add(ids, docs, [_meta(i) for i in range(300)])
         q = _unit(docs[30][:20] + 0.3 * _unit(rng.standard_normal((20, DIM))))  # 20 tokens: 400 // 20 = 20
-        summaries = store._view.backend.summaries
+        summaries = store.reader.view.backend.summaries
         asked: list[int] = []
         top = summaries.top
         monkeypatch.setattr(summaries, "top", lambda query, n, allowed=None: asked.append(n) or top(query, n, allowed))
@@ -323,7 +323,7 @@ def test_searches_read_the_feed_only_when_its_size_changed(tmp_path: Path) -> No
             with MultiVectorStore(tmp_path / "s", writable=True) as writer:
                 writer.delete(["new"])
             return found
-        view = reader._view
+        view = reader.reader.view
         assert view is not None
         view._feed_size = -1
         engine.changes = changes_then_commit  # type: ignore[method-assign]
@@ -430,7 +430,7 @@ def test_rows_for_scoring_come_from_the_cache_or_chroma_and_skip_deleted_documen
     shutil.rmtree(tmp_path / "s" / "cache")  # nothing local: every first read comes from Chroma
     with MultiVectorStore(tmp_path / "s", writable=True) as store:
         store.count()
-        reader = store._view.reader
+        reader = store.reader.view.reader
         reader.rows(ids[:5])  # now cached; the rest still in Chroma alone
         assert all(i in reader.cache for i in ids[:5]) and not any(i in reader.cache for i in ids[5:])
         store.delete(["d007"])
@@ -468,7 +468,7 @@ def test_row_gathers_reuse_a_bounded_scratch_buffer(tmp_path: Path, monkeypatch:
     ids, docs = _fill(tmp_path / "s", n=6)
     with MultiVectorStore(tmp_path / "s") as store:
         store.count()
-        reader = store._view.reader
+        reader = store.reader.view.reader
         first = reader.rows(ids[:3])[2]
         second = reader.rows(ids[3:5])[2]
         assert np.shares_memory(first, second)  # the same scratch rows

@@ -75,9 +75,12 @@ def run(args: argparse.Namespace) -> int:
     require_store(args)
     kwargs = store_kwargs(args)
     index = DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **kwargs)
+    index.store.prefetch()  # a long-lived reader: every document's vectors come into the cache in the background
 
     def reopen(encoder: Any) -> DocPCIndex:  # the folder was rebuilt: the same store, the model already loaded
-        return DocPCIndex(args.store, encoder=encoder, **kwargs)
+        again = DocPCIndex(args.store, encoder=encoder, **kwargs)
+        again.store.prefetch()
+        return again
 
     service = StoreService(index, image_side=args.image_side, full_paths=args.full_paths,
                            reopen=None if kwargs.get("host") else reopen)

@@ -30,19 +30,18 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
-import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.chroma_client import unreachable
-from docpc_retrievers.store.chroma_quotas import HOSTED
+from docpc_retrievers.store.chroma_reads import READ_PAGE, read, read_ids, read_pages
 from docpc_retrievers.store.codec import chunk_payload, join_payload
+from docpc_retrievers.store.feed import Change, ChangeFeed
 
 __all__ = ["READABLE_FORMATS", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
 
@@ -61,13 +60,8 @@ def payload_packing(store_format: int) -> str:
     return "b64" if store_format < 3 else "z85"
 
 
-#: A reader re-reads this much of the change feed before its last position (microseconds), so a
-#: commit that took a sequence number just before another writer's, but landed after it, is not missed.
-_LOOKBACK_US = 120_000_000
 #: Records per Chroma write (hosted Chroma: 300).
 _WRITE_BATCH = 250
-#: Records per Chroma read, by ids or by page (hosted Chroma: 300 results per read).
-_READ_PAGE = HOSTED.results_per_read
 #: Characters of the manifest's JSON per collection metadata value (hosted Chroma: 4 KB per value).
 _MANIFEST_CHARS = 4000
 #: Bytes of text kept in a document record's text field (hosted Chroma: 16 KB); the rest goes to blobs.
@@ -89,16 +83,6 @@ class DocumentRecord:
     embedding: np.ndarray
     vectors: bytes
     grid: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Change:
-    """One commit in the change feed: ``op`` is ``put`` or ``delete``."""
-
-    key: str
-    seq: int
-    op: str
-    ids: tuple[str, ...] = field(default=())
 
 
 def _translated(method: Any) -> Any:
@@ -136,6 +120,7 @@ class ChromaEngine:
         # the log of payload copies sooner (new stores; an existing collection keeps its own).
         self.blobs = self._collection(f"{name}.blobs", None, indexed=("doc", "kind"), sync_every=50)
         self.log = self._collection(f"{name}.log", None, indexed=("op",))
+        self.feed = ChangeFeed(self.log)
         self.identity = str(self.docs.id)
         #: How new payloads become text (see :func:`payload_packing`); the store sets it from its format.
         self.packing = payload_packing(STORE_FORMAT)
@@ -205,9 +190,10 @@ class ChromaEngine:
             for kind, data in (("v", d.vectors), ("g", d.grid), ("t", self._overflow(d.text))):
                 n = 0
                 if data is not None:
-                    for i, chunk in enumerate(chunk_payload(data, self.packing)):
+                    chunks = chunk_payload(data, self.packing)
+                    for i, chunk in enumerate(chunks):
                         blob_ids.append(f"{d.id}.{kind}{i}")
-                        blob_metas.append({"doc": d.id, "kind": kind, "i": i, "seq": seq, **chunk})
+                        blob_metas.append({"doc": d.id, "kind": kind, "i": i, "of": len(chunks), "seq": seq, **chunk})
                         n += 1
                 d.metadata[f"_{kind}"] = n
             d.metadata["_seq"] = seq
@@ -222,15 +208,17 @@ class ChromaEngine:
             self.docs.upsert(ids=ids[s:e], embeddings=emb[s:e], metadatas=metas[s:e], documents=texts[s:e])
         if stale:
             self._delete_ids(self.blobs, stale)
-        self._append_log(seq, "put", ids)
+        self.last_keys = self.feed.append(seq, "put", ids)
         return seq
 
     @_translated
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> int:
         """Replace documents' metadata in place (a ``put`` in the feed, so readers refetch it)."""
         seq = _now_seq()
-        self.docs.update(ids=list(ids), metadatas=[{**m, "_seq": seq} for m in metadatas])
-        self._append_log(seq, "put", ids)
+        ids, metas = list(ids), [{**m, "_seq": seq} for m in metadatas]
+        for s in range(0, len(ids), _WRITE_BATCH):
+            self.docs.update(ids=ids[s : s + _WRITE_BATCH], metadatas=metas[s : s + _WRITE_BATCH])
+        self.last_keys = self.feed.append(seq, "put", ids)
         return seq
 
     @_translated
@@ -241,9 +229,9 @@ class ChromaEngine:
         seq = _now_seq()
         self._delete_ids(self.docs, ids)
         for s in range(0, len(ids), 100):
-            got = self._get_pages(self.blobs, where={"doc": {"$in": ids[s : s + 100]}}, include=[])
+            got = read_pages(self.blobs, where={"doc": {"$in": ids[s : s + 100]}}, include=[])
             self._delete_ids(self.blobs, got["ids"])
-        self._append_log(seq, "delete", ids)
+        self.last_keys = self.feed.append(seq, "delete", ids)
         return seq
 
     def _overflow(self, text: str) -> bytes | None:
@@ -269,22 +257,6 @@ class ChromaEngine:
         for s in range(0, len(ids), _WRITE_BATCH):
             collection.delete(ids=ids[s : s + _WRITE_BATCH])
 
-    def _append_log(self, seq: int, op: str, ids: Sequence[str]) -> None:
-        """One feed record per 400 ids: key ``<seq>-<op>-<random>-<i>``, the ids as its text."""
-        ids = list(ids)
-        chunks = [ids[i : i + 400] for i in range(0, len(ids), 400)] or [[]]
-        token = secrets.token_hex(4)
-        keys = [f"{seq:019d}-{op}-{token}-{i}" for i in range(len(chunks))]
-        for s in range(0, len(keys), _WRITE_BATCH):
-            e = s + _WRITE_BATCH
-            self.log.upsert(
-                ids=keys[s:e],
-                metadatas=[{"seq": seq, "op": op} for _ in keys[s:e]],
-                documents=["\n".join(c) for c in chunks[s:e]],
-                embeddings=np.ones((len(keys[s:e]), 1), np.float32),
-            )
-        self.last_keys = keys
-
     # ------------------------------------------------------------------- reads
     @_translated
     def count(self) -> int:
@@ -295,14 +267,41 @@ class ChromaEngine:
     def records(self, ids: Sequence[str] | None = None, *, include_summary: bool = True) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         if ids is not None:
-            got = self._get_ids(self.docs, ids, include=["metadatas"])
+            got = read_ids(self.docs, ids, include=["metadatas"])
         else:
-            got = self._get_pages(self.docs, include=["metadatas"])
+            got = read_pages(self.docs, include=["metadatas"])
         out.update(zip(got["ids"], got["metadatas"]))
         if not include_summary:
             for meta in out.values():
                 meta.pop("_summary", None)
         return {k: dict(v) for k, v in out.items()}
+
+    def record_pages(self) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        """Every document's ``(id, metadata)``, summary included, one read's page at a time (memory: one page).
+
+        By id where the feed lists every stored document (key lookups, 300 a read); else by offset, which Chroma
+        answers by skipping the records before it, so each page costs more than the last.
+        """
+        ids = self.live_ids()
+        if ids is not None:
+            for s in range(0, len(ids), READ_PAGE):
+                got = read_ids(self.docs, ids[s : s + READ_PAGE], include=["metadatas"])
+                yield [(doc_id, dict(meta or {})) for doc_id, meta in zip(got["ids"], got["metadatas"])]
+            return
+        start = 0
+        while True:
+            got = read(self.docs, include=["metadatas"], limit=READ_PAGE, offset=start)
+            yield [(doc_id, dict(meta or {})) for doc_id, meta in zip(got["ids"], got["metadatas"] or [])]
+            if len(got["ids"]) < READ_PAGE:
+                return
+            start += READ_PAGE
+
+    @_translated
+    def live_ids(self) -> list[str] | None:
+        """Every stored document's id from the feed replayed (a few reads where listing the records takes one per
+        300); None when the feed and the store disagree on the count (a commit landing meanwhile)."""
+        ids = self.feed.replayed_ids()
+        return ids if len(ids) == self.count() else None
 
     @_translated
     def records_page(
@@ -311,12 +310,12 @@ class ChromaEngine:
         """One page of ``(id, metadata)`` without the first-stage summary, in Chroma's order."""
         out = []
         got: dict[str, list[Any]] = {"ids": [], "metadatas": []}
-        for start in range(offset, offset + limit, _READ_PAGE):
-            page = self._get(self.docs, where=dict(where) if where else None, include=["metadatas"],
-                             limit=min(_READ_PAGE, offset + limit - start), offset=start)
+        for start in range(offset, offset + limit, READ_PAGE):
+            page = read(self.docs, where=dict(where) if where else None, include=["metadatas"],
+                             limit=min(READ_PAGE, offset + limit - start), offset=start)
             got["ids"] += page["ids"]
             got["metadatas"] += page["metadatas"] or []
-            if len(page["ids"]) < min(_READ_PAGE, offset + limit - start):
+            if len(page["ids"]) < min(READ_PAGE, offset + limit - start):
                 break
         for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
             meta = dict(meta or {})
@@ -327,7 +326,11 @@ class ChromaEngine:
     @_translated
     def ids(self, where: Mapping[str, Any] | None = None) -> list[str]:
         """Document ids, optionally those matching a Chroma ``where`` filter."""
-        return list(self._get_pages(self.docs, where=dict(where) if where else None, include=[])["ids"])
+        if not where:
+            ids = self.live_ids()
+            if ids is not None:
+                return ids
+        return list(read_pages(self.docs, where=dict(where) if where else None, include=[])["ids"])
 
     @_translated
     def ids_by_source(self, sources: Sequence[str]) -> dict[str, list[str]]:
@@ -336,7 +339,7 @@ class ChromaEngine:
         if not wanted:
             return {}
         where = {"source": wanted[0]} if len(wanted) == 1 else {"source": {"$in": wanted}}
-        got = self._get_pages(self.docs, where=where, include=["metadatas"])
+        got = read_pages(self.docs, where=where, include=["metadatas"])
         out: dict[str, list[str]] = {}
         for doc_id, meta in zip(got["ids"], got["metadatas"] or []):
             out.setdefault(str((meta or {}).get("source")), []).append(doc_id)
@@ -352,7 +355,7 @@ class ChromaEngine:
         """Each stored document's metadata (without the summary) and full text, from one read of its record."""
         if not ids:
             return {}
-        got = self._get_ids(self.docs, ids, include=["documents", "metadatas"])
+        got = read_ids(self.docs, ids, include=["documents", "metadatas"])
         out: dict[str, tuple[dict[str, Any], str]] = {}
         for doc_id, text, meta in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
             meta = dict(meta or {})
@@ -365,93 +368,49 @@ class ChromaEngine:
 
     @_translated
     def payload(self, ids: Sequence[str], kind: str) -> dict[str, bytes]:
+        """Documents' payload of ``kind`` (``v`` vectors, ``g`` grid, ``t`` long text); absent for those without.
+
+        Read by record id (``<doc>.<kind><i>``, a key lookup, 300 a read): each document's first record names how many
+        it has (``of``); records written before that are found by their ``doc`` key instead. A document whose
+        records are not all there (deleted or replaced while being read) is left out.
+        """
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
         parts: dict[str, dict[int, dict[str, Any]]] = {}
-        for s in range(0, len(ids), 100):
-            got = self._get_pages(self.blobs, where={"$and": [{"doc": {"$in": ids[s : s + 100]}}, {"kind": kind}]},
-                                  include=["metadatas"])
-            for meta in got["metadatas"]:
-                parts.setdefault(str(meta["doc"]), {})[int(meta["i"])] = meta
-        return {doc: join_payload([chunks[i] for i in sorted(chunks)]) for doc, chunks in parts.items()}
+        total: dict[str, int] = {}
+
+        def take(metas: Sequence[Mapping[str, Any]]) -> None:
+            for meta in metas:
+                doc = str(meta["doc"])
+                parts.setdefault(doc, {})[int(meta["i"])] = dict(meta)
+                if meta.get("of") is not None:
+                    total[doc] = int(meta["of"])
+
+        take(read_ids(self.blobs, [f"{d}.{kind}0" for d in ids], include=["metadatas"])["metadatas"])
+        rest = [f"{d}.{kind}{i}" for d, n in total.items() for i in range(1, n)]
+        take(read_ids(self.blobs, rest, include=["metadatas"])["metadatas"])
+        older = [d for d in parts if d not in total]
+        for s in range(0, len(older), 100):
+            take(read_pages(self.blobs, where={"$and": [{"doc": {"$in": older[s : s + 100]}}, {"kind": kind}]},
+                                 include=["metadatas"])["metadatas"])
+        return {doc: join_payload([chunks[i] for i in sorted(chunks)]) for doc, chunks in parts.items()
+                if len(chunks) == total.get(doc, len(chunks))}
 
     @_translated
     def changes(self, since: int, *, skip: set[str] | frozenset[str] = frozenset()) -> list[Change]:
-        """Commits after ``since`` (minus the look-back), oldest first; keys in ``skip`` are not fetched again.
-
-        Cheap when nothing happened: one query for keys alone (they carry the sequence and the operation).
-        """
-        got = self._get_pages(self.log, where={"seq": {"$gt": int(since) - _LOOKBACK_US}}, include=[])
-        new = [k for k in got["ids"] if k not in skip]
-        if not new:
-            return []
-        texts = self._get_ids(self.log, new, include=["documents"])
-        out = []
-        for key, text in zip(texts["ids"], texts["documents"] or []):
-            seq, op = key.split("-")[:2]
-            out.append(Change(key, int(seq), op, tuple(i for i in (text or "").split("\n") if i)))
-        out.sort(key=lambda c: (c.seq, c.key))
-        return out
-
+        """Commits after ``since`` (minus the feed's look-back), oldest first, except those keyed in ``skip``."""
+        return self.feed.changes(since, skip=skip)
 
     @_translated
     def feed_size(self) -> int:
-        # Append-only (no entry is deleted or rewritten): a 0.4 ms count detects change; the keyed query costs 5-20 ms.
-        return int(self.log.count())
+        """Entries in the change feed (it only grows: a new size means a new commit)."""
+        return self.feed.size()
 
     @_translated
     def position(self) -> tuple[int, set[str]]:
-        keys = self._get_pages(self.log, include=[])["ids"]
-        newest = max((int(k.split("-")[0]) for k in keys), default=0)
-        return newest, {k for k in keys if int(k.split("-")[0]) > newest - _LOOKBACK_US}
-
-
-    # ------------------------------------------------------- paged reads (quotas)
-    def _get(self, collection: Any, **kwargs: Any) -> Any:
-        """One ``get``, at most hosted Chroma's concurrent reads of a collection in flight from this process."""
-        with _read_slot(str(collection.id)):
-            return collection.get(**kwargs)
-
-    def _get_ids(self, collection: Any, ids: Sequence[str], *, include: list[str],
-                 where: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
-        """Records by id, :data:`_READ_PAGE` ids a read; the fields of ``include`` concatenated."""
-        wanted = list(dict.fromkeys(ids))
-        out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
-        for s in range(0, len(wanted), _READ_PAGE):
-            _extend(out, self._get(collection, ids=wanted[s : s + _READ_PAGE], where=where, include=include), include)
-        return out
-
-    def _get_pages(self, collection: Any, *, include: list[str],
-                   where: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
-        """Every record (matching ``where``), a page of :data:`_READ_PAGE` a read."""
-        out: dict[str, list[Any]] = {"ids": [], **{k: [] for k in include}}
-        start = 0
-        while True:
-            got = self._get(collection, where=where, include=include, limit=_READ_PAGE, offset=start)
-            _extend(out, got, include)
-            if len(got["ids"]) < _READ_PAGE:
-                return out
-            start += _READ_PAGE
-
-
-_READ_SLOTS: dict[str, threading.BoundedSemaphore] = {}
-_READ_SLOTS_LOCK = threading.Lock()
-
-
-def _read_slot(collection_id: str) -> threading.BoundedSemaphore:
-    """The semaphore that keeps this process's reads of one collection within hosted Chroma's concurrent reads."""
-    with _READ_SLOTS_LOCK:
-        slot = _READ_SLOTS.get(collection_id)
-        if slot is None:
-            slot = _READ_SLOTS[collection_id] = threading.BoundedSemaphore(HOSTED.concurrent_reads)
-        return slot
-
-
-def _extend(out: dict[str, list[Any]], got: Mapping[str, Any], include: Sequence[str]) -> None:
-    out["ids"].extend(got["ids"])
-    for key in include:
-        out[key].extend(got.get(key) or [])
+        """The feed's newest sequence and the keys within its look-back (where a new reader starts)."""
+        return self.feed.position()
 
 
 def _split_manifest(text: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ from docpc_retrievers.store.chroma_quotas import HOSTED
 from docpc_retrievers.store.engine import DocumentRecord
 from docpc_retrievers.store.search.centroids import document_centroids
 
-__all__ = ["INTERNAL_PREFIX", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "summary_text",
+__all__ = ["INTERNAL_PREFIX", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "summary_codes", "summary_text",
            "summary_vectors"]
 
 INTERNAL_PREFIX = "_"
@@ -127,10 +127,14 @@ def summary_text(centroids: np.ndarray) -> str:
     return base64.b64encode(encode_int8(centroids)).decode("ascii")
 
 
+def summary_codes(text: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The centroids of :func:`summary_text` in their stored form: int8 ``[c, dim]`` and float16 scales ``[c]``."""
+    return decode_int8(base64.b64decode(text), dim)
+
+
 def summary_vectors(text: str, dim: int) -> np.ndarray:
     """The centroids back from :func:`summary_text`, ``[c, dim]`` float32."""
-    q, scale = decode_int8(base64.b64decode(text), dim)
-    return dequantize(q, scale)
+    return dequantize(*summary_codes(text, dim))
 
 
 def check_batch(

@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ import numpy as np
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.payload import VectorReader
-from docpc_retrievers.store.records import parts_of, summary_vectors
+from docpc_retrievers.store.records import parts_of, summary_codes, summary_vectors
 from docpc_retrievers.store.search import (
     Scored,
+    SummaryCodes,
     SearchBackend,
     SearchConfig,
     backend_for,
@@ -77,11 +78,35 @@ class StoreView:
         self.n.clear()
         self.parts.clear()
         position, seen = self.engine.position()  # first: a commit landing meanwhile is replayed, not missed
-        self.ingest(self.engine.records())
         self.cache.position = position
         self.cache.seen.update(seen)
-        self.save()
+        try:
+            self.backend.build(self.cache.first_stage_dir, self._summary_pages(), self.engine.count(), self._extras)
+        except OSError as exc:  # a cache folder that cannot be written: the summaries held in memory instead
+            logger.warning("could not write the search snapshot to %s (%s); holding it in memory",
+                           self.cache.first_stage_dir, exc)
+            self.backend = backend_for(self.config.backend, self.reader, dim=self.dim, config=self.config)
+            self.ingest(self.engine.records())
+            return []
+        self._added_since_save = 0
+        (self.cache.folder / "first_stage.npz").unlink(missing_ok=True)  # where 0.2 kept it
+        self.cache.save()
         return []
+
+    def _summary_pages(self) -> Iterator[list[SummaryCodes]]:
+        """Every record's summary in its int8 form, a read's page at a time, filling the counts and parts."""
+        for page in self.engine.record_pages():
+            out = []
+            for doc_id, meta in page:
+                if "_summary" not in meta:
+                    continue  # a record of another format (or being written)
+                codes, scales = summary_codes(str(meta["_summary"]), self.dim)
+                out.append((doc_id, codes, scales))
+                self.n[doc_id] = int(meta["_n"])
+                parts = parts_of(meta.get("_parts"))
+                if parts:
+                    self.parts[doc_id] = parts
+            yield out
 
     def ingest(self, records: Mapping[str, Mapping[str, Any]]) -> None:
         """Add (or replace) documents from their Chroma records."""
@@ -224,15 +249,18 @@ class StoreView:
         self.save()
         return {"documents": len(ids), "fetched": len(missing), "seconds": time.perf_counter() - started, **machine}
 
-    def save(self) -> None:
-        """Save the backend as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
-        ids = self.backend.ids()
-        extras = {
+    def _extras(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """What a snapshot keeps beside the backend: counts in the order of its ``ids``, parts, the feed position."""
+        return {
             "counts": np.array([self.n.get(i, 0) for i in ids], dtype=np.int64),
             "part_ids": np.array(list(self.parts), dtype=str),
             "parts": np.array([json.dumps(list(v)) for v in self.parts.values()], dtype=str),
             "position": np.array(self.cache.position, dtype=np.int64),
         }
+
+    def save(self) -> None:
+        """Save the backend as a snapshot in the cache, so the next open maps it instead of reading Chroma."""
+        extras = self._extras(self.backend.ids())
         self._added_since_save = 0
         try:
             self.backend.save(self.cache.first_stage_dir, extras)

@@ -134,8 +134,7 @@ class CentroidIndex:
         for c in range(self.n_centroids if rows.size else 0):
             peaks = np.maximum(peaks, self._gather(c, rows).abs().amax(dim=0).numpy())
         scales = dimension_scales(peaks)
-        meta: dict[str, Any] = {"version": _SNAPSHOT_VERSION, "dtype": "int8", "n_centroids": self.n_centroids,
-                                "dim": self.dim, "fine_scales": scales.tolist()}
+        meta: dict[str, Any] = {**self.snapshot_meta(), "fine_scales": scales.tolist()}
         shape = (self.n_centroids, rows.size, self.dim)
         out = np.memmap(snap / "fine.bin", dtype=np.int8, mode="w+", shape=shape)
         for c in range(self.n_centroids):  # one centroid slab at a time: memory stays at one slab
@@ -144,6 +143,10 @@ class CentroidIndex:
         del out
         publish_snapshot(snap, [self._ids[i] for i in rows], meta, extras)
         self.load(folder)
+
+    def snapshot_meta(self) -> dict[str, Any]:
+        """What a snapshot of this index records about its shape (the dimension scales are added by the writer)."""
+        return {"version": _SNAPSHOT_VERSION, "dtype": "int8", "n_centroids": self.n_centroids, "dim": self.dim}
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
         """Map the saved snapshot (nothing is read until a query touches it); its extras, or None."""

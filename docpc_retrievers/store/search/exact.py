@@ -21,33 +21,36 @@ __all__ = ["AGGREGATORS", "approximate_scores", "exact_scores"]
 AGGREGATORS = {"max": np.max, "mean": np.mean, "sum": np.sum}
 """How a multi-part record's part scores make its score: MaxP, AvgP, SumP."""
 def approximate_scores(query: np.ndarray, ids: Sequence[str], source: VectorSource, aggregate: str = "max", *,
-                       block: int = 256, threads: int = 2) -> np.ndarray:
-    """Approximate scores ``[len(ids)]`` (:func:`exact_scores` with ``fast``; ``-inf``: deleted meanwhile), in
+                       block: int = 256, threads: int = 2) -> tuple[list[str], np.ndarray]:
+    """The documents of ``ids`` still stored and their approximate scores (:func:`exact_scores` with ``fast``), in
     blocks of ``block`` candidates on a shared pool of threads when ``threads`` > 1 (each multiplying on one OpenMP
     thread: the blocks are the parallelism)."""
     blocks = [ids[s : s + block] for s in range(0, len(ids), block)]
     if not blocks:
-        return np.zeros(0, dtype=np.float32)
-    def scored(block: Sequence[str]) -> np.ndarray:
-        return exact_scores(query, block, source, aggregate, fast=True)[0]
+        return [], np.zeros(0, dtype=np.float32)
+
+    def scored(block: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        kept, scores, _ = exact_scores(query, block, source, aggregate, fast=True)
+        return kept, scores
 
     pool = None if len(blocks) == 1 or threads == 1 else shortlist_pool()
-    return np.concatenate(list(map(scored, blocks) if pool is None else pool.map(scored, blocks)))
+    done = list(map(scored, blocks) if pool is None else pool.map(scored, blocks))
+    return [d for kept, _ in done for d in kept], np.concatenate([scores for _, scores in done])
 
 
 def exact_scores(
     query: np.ndarray, ids: Sequence[str], source: VectorSource, aggregate: str = "max", *, fast: bool = False
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Scores ``[len(ids)]`` of ``query [t, dim]`` and each document's part scores.
+) -> tuple[list[str], np.ndarray, list[np.ndarray]]:
+    """The documents of ``ids`` still stored, their scores for ``query [t, dim]`` and each one's part scores.
 
-    A document whose vectors are gone (deleted by another writer since the first
-    stage) scores ``-inf`` with no parts, so a search leaves it out and fills its slot.
+    A document whose vectors are gone (deleted by another writer since the first stage) is left out, as
+    ``source.rows`` leaves it out (the store's one convention for a vanished document, store/reader.py).
     ``fast``: approximate products (the query rounded to int8 per token, relative error about 1e-3), to shortlist
     before the exact pass.
     """
     kept, sizes, rows, scales = source.rows(ids)
     if not kept:
-        return np.full(len(ids), -np.inf, dtype=np.float32), [np.zeros(0, np.float32) for _ in ids]
+        return [], np.zeros(0, dtype=np.float32), []
     lengths: list[int] = sizes
     counts: list[int] = []
     splits = [source.parts(doc_id) for doc_id in kept]
@@ -63,8 +66,4 @@ def exact_scores(
         per_part = np.split(flat, np.cumsum(counts)[:-1])
         reduce = AGGREGATORS[aggregate]
         scores = np.array([reduce(p) for p in per_part], dtype=np.float32)
-    if len(kept) == len(ids):
-        return scores, per_part
-    by_id = dict(zip(kept, zip(scores.tolist(), per_part)))
-    empty = (float("-inf"), np.zeros(0, np.float32))
-    return (np.array([by_id.get(i, empty)[0] for i in ids], dtype=np.float32), [by_id.get(i, empty)[1] for i in ids])
+    return list(kept), scores, list(per_part)

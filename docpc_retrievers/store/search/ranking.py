@@ -30,13 +30,12 @@ def ranked(query: np.ndarray, ids: Sequence[str], source: VectorSource, k: int, 
     keep = max(config.shortlist, 4 * k)
     with single_blas_thread():
         if not exact and len(cand) > keep:
-            fast = approximate_scores(query, cand, source, aggregate, block=config.block, threads=config.threads)
-            cand = [cand[i] for i in np.argsort(-fast, kind="stable")[:keep] if fast[i] > -np.inf]
+            kept, fast = approximate_scores(query, cand, source, aggregate, block=config.block, threads=config.threads)
+            cand = [kept[i] for i in np.argsort(-fast, kind="stable")[:keep]]
         best: list[Scored] = []
         for start in range(0, len(cand), _CHUNK):
-            chunk = cand[start : start + _CHUNK]
-            scores, per_part = exact_scores(query, chunk, source, aggregate)
+            kept, scores, per_part = exact_scores(query, cand[start : start + _CHUNK], source, aggregate)
             best.extend(Scored(d, float(s), tuple(float(v) for v in p))
-                        for s, d, p in zip(scores.tolist(), chunk, per_part) if s > -np.inf)
+                        for s, d, p in zip(scores.tolist(), kept, per_part))
             best = sorted(best, key=lambda h: (-h.score, h.id))[:k]
     return best
