@@ -29,6 +29,7 @@ from docpc_retrievers.store.search import (
     backend_for,
 )
 from docpc_retrievers.store.search.ranking import ranked
+from docpc_retrievers.store.snapshot_build import build_snapshot
 
 __all__ = ["StoreView", "checked_queries"]
 
@@ -81,7 +82,8 @@ class StoreView:
         self.cache.position = position
         self.cache.seen.update(seen)
         try:
-            self.backend.build(self.cache.first_stage_dir, self._summary_pages(), self.engine.count(), self._extras)
+            build_snapshot(self.backend, self.cache.first_stage_dir, self._summary_pages(), self.engine.count(),
+                           self._extras)
         except OSError as exc:  # a cache folder that cannot be written: the summaries held in memory instead
             logger.warning("could not write the search snapshot to %s (%s); holding it in memory",
                            self.cache.first_stage_dir, exc)

@@ -10,7 +10,7 @@ picks one from a :class:`SearchConfig`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -76,17 +76,6 @@ class SearchBackend(ABC):
     @abstractmethod
     def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
         """Write the backend and ``extras`` (arrays the store keeps beside it) under ``folder``."""
-
-    def build(self, folder: Path, pages: Iterable[Sequence[SummaryCodes]], expected: int,
-              extras: Callable[[list[str]], Mapping[str, np.ndarray]]) -> None:
-        """Fill an empty backend from summaries streaming in a page at a time (``(id, int8 codes [c, dim], scales
-        [c])``, a record's own form; about ``expected`` documents) and save it with ``extras(ids)`` (the saved ids in
-        order), called once the pages are consumed. By default each page is added in float32, then saved; a backend can hold less."""
-        from docpc_retrievers.store.codec import dequantize
-
-        for page in pages:
-            self.add([doc_id for doc_id, _, _ in page], [dequantize(q, s) for _, q, s in page])
-        self.save(folder, extras(self.ids()))
 
     @abstractmethod
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:

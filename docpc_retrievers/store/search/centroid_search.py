@@ -8,16 +8,15 @@ small enough to score whole (at most ``scan_below`` documents, or at most twice 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from docpc_retrievers.store.search.backend import Scored, SearchBackend, SummaryCodes, VectorSource
+from docpc_retrievers.store.search.backend import Scored, SearchBackend, VectorSource
 from docpc_retrievers.store.search.centroids import CentroidIndex
 from docpc_retrievers.store.search.config import SearchConfig
 from docpc_retrievers.store.search.ranking import ranked
-from docpc_retrievers.store.search.streamed_build import SummaryStream
 
 __all__ = ["CentroidSearch"]
 
@@ -53,17 +52,6 @@ class CentroidSearch(SearchBackend):
 
     def save(self, folder: Path, extras: Mapping[str, np.ndarray] | None = None) -> None:
         self.summaries.save(folder, extras)
-
-    def build(self, folder: Path, pages: Iterable[Sequence[SummaryCodes]], expected: int,
-              extras: Callable[[list[str]], Mapping[str, np.ndarray]]) -> None:
-        """Write the snapshot straight from the records' int8 summaries, then map it (streamed_build.py)."""
-        stream = SummaryStream(self.summaries.n_centroids, self.dim, expected)
-        for page in pages:
-            for doc_id, codes, scales in page:
-                stream.add(doc_id, codes, scales)
-        stream.write(folder, self.summaries.snapshot_meta(), extras(stream.ids))
-        if self.summaries.load(folder) is None:
-            raise OSError(f"the snapshot just written under {folder} could not be mapped")
 
     def load(self, folder: Path) -> dict[str, np.ndarray] | None:
         return self.summaries.load(folder)

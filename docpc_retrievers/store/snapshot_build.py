@@ -1,4 +1,4 @@
-"""A centroid snapshot built straight from the records' int8 summaries, as they stream in from Chroma.
+"""A reader's first snapshot, built from the records' int8 summaries as they stream in from Chroma.
 
 Why: opening a store with no snapshot used to decode every summary to float32, hold them all, join them into one
 tensor and only then quantize them to the snapshot: about 16 KB a document at its peak, eight times what the open
@@ -10,15 +10,38 @@ the same summaries, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from docpc_retrievers.store.codec import dequantize
+from docpc_retrievers.store.search import CentroidSearch, SearchBackend, SummaryCodes
 from docpc_retrievers.store.search.snapshot import new_snapshot, publish_snapshot
 from docpc_retrievers.store.search.summary_codes import dimension_scales, encode
 
-__all__ = ["SummaryStream"]
+__all__ = ["SummaryStream", "build_snapshot"]
+
+
+def build_snapshot(backend: SearchBackend, folder: Path, pages: Iterable[Sequence[SummaryCodes]], expected: int,
+                   extras: Callable[[list[str]], Mapping[str, np.ndarray]]) -> None:
+    """Fill an empty ``backend`` from summaries streaming in a page at a time (about ``expected`` documents) and save
+    it under ``folder`` with ``extras(ids)`` (the saved ids in order), called once the pages are consumed. The
+    centroid backend's snapshot is written straight from the int8 codes and mapped; another backend adds each page
+    and saves. OSError when the folder cannot be written."""
+    if isinstance(backend, CentroidSearch):
+        index = backend.summaries
+        stream = SummaryStream(index.n_centroids, index.dim, expected)
+        for page in pages:
+            for doc_id, codes, scales in page:
+                stream.add(doc_id, codes, scales)
+        stream.write(folder, index.snapshot_meta(), extras(stream.ids))
+        if index.load(folder) is None:
+            raise OSError(f"the snapshot just written under {folder} could not be mapped")
+        return
+    for page in pages:
+        backend.add([doc_id for doc_id, _, _ in page], [dequantize(q, s) for _, q, s in page])
+    backend.save(folder, extras(backend.ids()))
 
 _CHUNK = 16_384
 """Documents converted at once while writing a slab (a float32 scratch of ``_CHUNK * dim`` values)."""
