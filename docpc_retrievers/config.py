@@ -162,8 +162,15 @@ def _check_selection(strategy: str, pages: int | None, *, required: bool) -> Non
         raise ValueError(f"pages (K) must be >= 1, got {pages!r}")
 
 
-def _check_grid(grid: tuple[int, int], pages: int | None) -> tuple[int, int]:
-    rows, cols = (operator.index(v) for v in grid)
+def _check_grid(grid: tuple[int, int] | str, pages: int | None) -> tuple[int, int]:
+    """A grid shape as ``(rows, cols)``: a pair of integers, or text ``ROWSxCOLS`` as the command line takes it."""
+    try:
+        if isinstance(grid, str):
+            rows, cols = (int(v) for v in grid.lower().split("x"))
+        else:
+            rows, cols = (operator.index(v) for v in grid)
+    except (TypeError, ValueError):
+        raise ValueError(f"grid must be ROWSxCOLS such as '2x2' or a pair of integers (2, 2), got {grid!r}") from None
     if rows < 1 or cols < 1 or (pages is not None and rows * cols < pages):
         raise ValueError(f"a {rows}x{cols} grid cannot hold {pages} pages")
     return rows, cols

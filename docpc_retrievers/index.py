@@ -18,6 +18,7 @@ from docpc_retrievers import catalog
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, DEFAULT_PAGE_SIZE, DEFAULT_TOP_K, MODES
 from docpc_retrievers.config import EncoderOptions, IndexSettings, SearchOptions, with_previews
 from docpc_retrievers.documents.composition import GridLayout
+from docpc_retrievers.documents.discovery import require_pdfs
 from docpc_retrievers.documents.represent import compose_pdf, render_source_pages
 from docpc_retrievers.documents.user_metadata import UserMetadata
 from docpc_retrievers.encoders import Encoder
@@ -117,6 +118,8 @@ class DocPCIndex:
                                                         if k in kwargs}) if path is not None else None
             base = IndexSettings.from_dict(recorded) if recorded else IndexSettings()
             kwargs["settings"] = replace(base, strategy=strategy or "first", pages=pages or 4, grid=None)
+        paths = list(paths)
+        require_pdfs(paths)  # before the store exists: a run over folders with no PDF creates nothing
         index = cls(path, writable=True, **kwargs)
         try:
             index.add_pdfs(paths, password=password, progress=progress, workers=workers, prune=prune, metadata=metadata)

@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
-from docpc_retrievers.documents.discovery import check_roots, discover_pdfs, document_id, under_roots
+from docpc_retrievers.documents.discovery import check_roots, discover_pdfs, document_id, require_pdfs, under_roots
 from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
 from docpc_retrievers.documents.user_metadata import UserMetadata, edited_metadata, resolve_user_metadata, user_part
 from docpc_retrievers.documents.workers import (
@@ -137,7 +137,7 @@ class Indexer:
         roots = check_roots(paths) if prune else [Path(p).expanduser().resolve() for p in paths if Path(p).is_dir()]
         if paths and not any(Path(p).expanduser().exists() for p in paths):  # a mistyped path: nothing to do at all
             raise FileNotFoundError(f"no such file or folder: {', '.join(map(str, paths))} (nothing was indexed)")
-        files = discover_pdfs(paths)
+        files = require_pdfs(paths)
         user = resolve_user_metadata(
             [f for f in files if f.exists()], metadata, by_path=metadata_by_path, sidecars=sidecars
         )

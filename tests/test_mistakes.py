@@ -11,6 +11,7 @@ import pytest
 from e2e_helpers import clear_chroma_cache, make_pdf
 
 from docpc_retrievers import DocPCError, DocPCIndex, InvalidFilterError
+from docpc_retrievers.errors import SourceRootError
 from docpc_retrievers.cli.search import evidence_line
 from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.catalog import no_match_reason
@@ -138,13 +139,24 @@ def test_options_that_do_not_apply_say_so(store: Path, no_model_load: None, caps
     assert caught.value.code == 2 and "must be >= 1" in capsys.readouterr().err
 
 
-def test_index_of_a_folder_without_pdfs(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_index_of_a_folder_without_pdfs(store: Path, tmp_path: Path, tiny_encoder: ColPaliEncoder,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2 whether or not the store exists (docs/guide.md), and the library's from_pdfs and add_pdfs raise,
+    creating and changing nothing."""
     (tmp_path / "nothing").mkdir()
-    assert main(["index", str(tmp_path / "nothing"), "--store", str(store)]) == 0  # the store exists: a warning
-    assert "no PDF under" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main(["index", str(tmp_path / "nothing"), "--store", str(store)])
+    assert caught.value.code == 2 and "no PDF under" in capsys.readouterr().err
     with pytest.raises(SystemExit) as caught:
         main(["index", str(tmp_path / "nothing"), "--store", str(tmp_path / "new-store")])
     assert caught.value.code == 2 and not (tmp_path / "new-store").exists()
+    with pytest.raises(SourceRootError, match="no PDF under"):
+        DocPCIndex.from_pdfs([tmp_path / "nothing"], tmp_path / "lib-store", encoder=tiny_encoder, workers=0)
+    assert not (tmp_path / "lib-store").exists()
+    with DocPCIndex(store, encoder=tiny_encoder, writable=True) as index:
+        with pytest.raises(SourceRootError, match="no PDF under"):
+            index.add_pdfs([tmp_path / "nothing"])
+        assert len(index) == 3
 
 
 def test_info_is_a_readable_block(store: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -182,7 +182,10 @@ async def test_mcp_over_stdio(served: Served) -> None:
     params = StdioServerParameters(command=command[0], args=[*command[1:], "serve", "--store", str(served.store),
                                                              "--transport", "stdio"], env=subprocess_env())
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+        started = await session.initialize()
+        from docpc_retrievers import __version__
+
+        assert (started.serverInfo.name, started.serverInfo.version) == ("docpc", __version__)  # not the SDK's
         found = await session.call_tool("search", {"query": QUERIES[3], "k": 3, "images": 0})
         assert _pairs(json.loads(found.content[0].text)["results"]) == served.expected[QUERIES[3]]
 

@@ -133,8 +133,7 @@ def _check_paths(args: argparse.Namespace) -> bool:
         return True
     where = ", ".join(str(p) for p in args.paths)
     if args.host or StoreLayout.at(args.store).exists():
-        print(f"docpc: warning: no PDF under {where}; nothing to index", file=sys.stderr)
-        return False
+        raise UsageError(f"no PDF under {where}; nothing to index (the store was not changed)")
     raise UsageError(f"no PDF under {where}; nothing to index (no store was created)")
 
 

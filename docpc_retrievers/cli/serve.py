@@ -56,8 +56,23 @@ def register(sub: Any) -> None:
     m.set_defaults(func=run, transport="stdio", bind="127.0.0.1:0", token=None, allow_host=[], allow_origin=[])
 
 
+#: What `docpc serve` and `docpc mcp` import, with the extra that installs them.
+SERVE_MODULES = ("mcp", "uvicorn", "starlette", "httpx")
+
+
+def missing_serve_modules() -> list[str]:
+    """The modules of the ``[serve]`` extra that this environment lacks."""
+    from importlib.util import find_spec
+
+    return [name for name in SERVE_MODULES if find_spec(name) is None]
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the store and model, then serve until stopped (SIGINT or SIGTERM)."""
+    missing = missing_serve_modules()
+    if missing:  # before the model loads: a missing extra is said at once, not as a stack trace a minute later
+        raise UsageError(f"serving needs the [serve] extra ({', '.join(missing)} not installed): "
+                         "pip install 'docpc-retrievers[serve]'")
     from docpc_retrievers.serve.server import is_loopback, parse_bind, serve_http, serve_stdio
 
     try:

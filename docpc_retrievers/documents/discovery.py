@@ -9,7 +9,7 @@ from pathlib import Path
 
 from docpc_retrievers.errors import SourceRootError
 
-__all__ = ["check_roots", "discover_pdfs", "document_id", "under_roots"]
+__all__ = ["check_roots", "discover_pdfs", "document_id", "require_pdfs", "under_roots"]
 
 _CHUNK = 1 << 20
 
@@ -30,6 +30,17 @@ def discover_pdfs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
         else:
             seen.setdefault(path.resolve() if path.exists() else path, None)
     return list(seen)
+
+
+def require_pdfs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """:func:`discover_pdfs`, with :class:`SourceRootError` when paths were given and none holds a PDF (checked before
+    a store is created or changed: an index run over nothing is a mistake, not a success)."""
+    given = list(paths)
+    files = discover_pdfs(given)
+    if given and not files:
+        where = ", ".join(str(p) for p in given)
+        raise SourceRootError(f"no PDF under {where}; nothing to index (nothing was created or changed)")
+    return files
 
 
 def document_id(path: str | os.PathLike[str]) -> str:

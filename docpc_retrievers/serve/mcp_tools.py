@@ -19,6 +19,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
 
+from docpc_retrievers import __version__
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
 from docpc_retrievers.serve.requests import RequestError, check_explain, check_info, check_list, check_search
@@ -96,6 +97,8 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
     mcp = _CheckedMCP("docpc", instructions=INSTRUCTIONS, host=host, port=port, stateless_http=True,
                       json_response=True, log_level="WARNING")
     mcp.service = service
+    # FastMCP takes no version; its low-level server would report the MCP SDK's own in `initialize`.
+    mcp._mcp_server.version = __version__
 
     @mcp.tool(name="search", structured_output=False)
     async def search(query: str, k: int = DEFAULT_TOP_K, filters: dict[str, Any] | None = None, under: list[str] | None = None,

@@ -494,3 +494,14 @@ def test_aggregate_reaches_page_mode_search(tmp_path: Path, small_pdfs: list[Pat
             assert [(n.node.node_id, n.score) for n in r.retrieve(QUERIES[0])] == [(e.id, e.score) for e in expected]
         with pytest.raises(ValueError, match="aggregate"):
             DocPCRetriever(r.index, aggregate="median")
+
+
+def test_from_pdfs_over_a_folder_without_pdfs_raises_and_creates_nothing(
+    tmp_path: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    from docpc_retrievers.errors import SourceRootError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceRootError, match="no PDF under"):
+        DocPCRetriever.from_pdfs(tmp_path / "empty", persist_dir=tmp_path / "store", encoder=tiny_encoder)
+    assert not (tmp_path / "store").exists()
