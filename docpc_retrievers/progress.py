@@ -37,6 +37,7 @@ class _LineBar:
     def __init__(self, total: int, desc: str, every: float) -> None:
         self.total, self.desc, self.every = total, desc, every
         self.done, self._last = 0, time.monotonic()
+        self._said: tuple[int, int] | None = None  # the last line's (done, total): never said twice
 
     def update(self, n: int = 1) -> None:
         self.done += n
@@ -47,11 +48,12 @@ class _LineBar:
         pass
 
     def close(self) -> None:
-        if self.total:
+        if self.total and self._said != (self.done, self.total):
             self._line()
 
     def _line(self) -> None:
         self._last = time.monotonic()
+        self._said = (self.done, self.total)
         PROGRESS.info("%s %d of %d", self.desc, self.done, self.total)
 
 

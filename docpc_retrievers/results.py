@@ -250,8 +250,11 @@ class IndexReport:
         lines = [", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())]
         lines += [f"  duplicate: {path} has the same content as {same} (stored once)" for path, same in self.duplicates]
         if self.missing:
-            lines.append(f"  {len(self.missing)} stored document{'s' if len(self.missing) != 1 else ''} under these "
-                         "folders lost their source file: `docpc list --missing` shows them, `--prune` deletes them")
+            one = len(self.missing) == 1
+            lines.append(f"  {len(self.missing)} stored document{'' if one else 's'} under these folders "
+                         f"{'has lost its' if one else 'have lost their'} source file{'' if one else 's'}: "
+                         f"`docpc list --missing` shows {'it' if one else 'them'}, `--prune` deletes "
+                         f"{'it' if one else 'them'}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

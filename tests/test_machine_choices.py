@@ -207,6 +207,12 @@ def test_docpc_info_machine_reports_the_cpu_the_kernels_their_timings_and_the_ch
     first = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, timeout=300, check=True)
     report = json.loads(first.stdout)
     assert report["cpu"]["model"] == this_cpu().model
+    import platform
+    from importlib.metadata import version
+
+    assert report["python"] == platform.python_version() and report["os"] == platform.platform()
+    assert {k: report["versions"][k] for k in ("chromadb", "transformers", "colpali-engine", "PyMuPDF")} == {
+        k: version(k) for k in ("chromadb", "transformers", "colpali-engine", "PyMuPDF")}
     assert report["choices_file_existed"] is False
     int8 = report["int8_kernel"]
     assert int8["how"] in ("timed", "only") and int8["choice"] in int8["available"]
@@ -215,6 +221,8 @@ def test_docpc_info_machine_reports_the_cpu_the_kernels_their_timings_and_the_ch
     second = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300, check=True).stdout
     assert f"int8 kernel        {int8['choice']} (timed earlier on this machine)" in second
     assert this_cpu().model in second and "shortlist threads" in second
+    assert second.splitlines()[0].startswith("python") and platform.python_version() in second.splitlines()[0]
+    assert f"chromadb {version('chromadb')}" in second and f"PyMuPDF {version('PyMuPDF')}" in second
     forced = subprocess.run([*run, "--json"], capture_output=True, text=True, timeout=300, check=True,
                             env={**env, "DOCPC_INT8_KERNEL": "float32"})
     assert json.loads(forced.stdout)["int8_kernel"]["how"] == "forced"

@@ -39,3 +39,84 @@ def test_a_grid_shape_as_text_is_read_or_refused_with_the_shape_it_wants() -> No
             IndexSettings(pages=4, grid=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot hold 5 pages"):
         IndexSettings(pages=5, grid="2x2")
+
+
+@pytest.fixture()
+def small_store(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> Path:
+    from e2e_helpers import clear_chroma_cache, make_pdf
+
+    from docpc_retrievers import DocPCIndex
+
+    for i in range(2):
+        make_pdf(tmp_path / "docs" / f"n{i}.pdf", f"newcomer document {i}", 1 + i)
+    with DocPCIndex.from_pdfs([tmp_path / "docs"], tmp_path / "store", encoder=tiny_encoder, workers=0):
+        pass
+    clear_chroma_cache()
+    return tmp_path / "store"
+
+
+def test_show_never_replaces_an_earlier_default_report(
+    small_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    (work / "docpc-report.html").write_text("an earlier report")
+    assert main(["show", "newcomer", "--store", str(small_store), "-k", "1"]) == 0
+    assert (work / "docpc-report.html").read_text() == "an earlier report"
+    assert (work / "docpc-report-2.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert "wrote docpc-report-2.html" in capsys.readouterr().out
+    assert main(["show", "newcomer", "--store", str(small_store), "-k", "1", "--out", "docpc-report.html"]) == 0
+    assert "replacing the report that was there" in capsys.readouterr().out  # asked for by name: replaced, and said
+
+
+def test_the_missing_sources_line_agrees_in_number() -> None:
+    from docpc_retrievers.results import IndexReport
+
+    one = IndexReport(missing=["/gone/a.pdf"]).summary()
+    assert "1 stored document under these folders has lost its source file: `docpc list --missing` shows it" in one
+    two = IndexReport(missing=["/gone/a.pdf", "/gone/b.pdf"]).summary()
+    assert "2 stored documents under these folders have lost their source files" in two and "deletes them" in two
+
+
+def test_a_progress_line_is_never_said_twice(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Off a terminal, a bar whose last update already printed its line (the first update after a slow start) does
+    not print the same line again when it closes."""
+    from docpc_retrievers import progress
+
+    clock = iter([0.0, 10.0, 10.1, 10.2, 10.3])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    bar = progress._LineBar(2, "committed", every=5.0)
+    with caplog.at_level("INFO", logger="docpc_retrievers.progress"):
+        bar.update(2)  # 10 s after the start: says "committed 2 of 2"
+        bar.close()
+    assert [r.getMessage() for r in caplog.records] == ["committed 2 of 2"]
+
+
+def test_colpali_engines_fastplaid_notice_is_dropped_and_other_info_kept(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from docpc_retrievers.cli.app import _setup_logging
+
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_NO_ADVISORY_WARNINGS"):  # set by the CLI: restored
+        monkeypatch.setenv(name, "1")
+    _setup_logging(1)  # -v: INFO shown
+    logging.info("FastPlaid is not installed.If you want to use it:Instal with `pip install ...`")
+    logging.getLogger("docpc_retrievers.test").info("an info line of our own")
+    err = capsys.readouterr().err
+    assert "FastPlaid" not in err and "an info line of our own" in err
+
+
+def test_opening_a_local_checkpoint_draws_no_loading_bar(tiny_checkpoint: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("from docpc_retrievers.encoders import ColPaliEncoder\n"
+            f"ColPaliEncoder({str(tiny_checkpoint)!r}, device='cpu', dtype='float32')\n"
+            "import transformers.utils.logging as hf\nprint(hf.is_progress_bar_enabled())\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,
+                         env={**env, "HF_HUB_OFFLINE": "1"})
+    assert "Loading weights" not in run.stderr and run.stdout.strip() == "True"  # bars back on for later downloads

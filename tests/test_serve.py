@@ -141,6 +141,9 @@ def test_the_command_line_searches_through_the_server(served: Served) -> None:
     assert text.returncode == 0 and served.expected[QUERIES[1]][0][0] in text.stdout, text.describe()
     refused = run_docpc("search", "--server", served.url, "x")  # no token
     assert refused.returncode != 0 and "401" in refused.stderr
+    assert "--token or $DOCPC_SERVE_TOKEN" in refused.stderr, refused.describe()
+    given = run_docpc("search", "--server", served.url, "--token", TOKEN, QUERIES[1], "-k", "3")
+    assert given.returncode == 0 and served.expected[QUERIES[1]][0][0] in given.stdout, given.describe()
 
 
 async def test_mcp_over_http_through_the_official_client(served: Served) -> None:

@@ -71,6 +71,12 @@ def _unrecognized(extras: Sequence[str], parser: argparse.ArgumentParser) -> str
     return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
+def _quiet_peer_notices(record: logging.LogRecord) -> bool:
+    """Drop colpali-engine's import-time advice to install FastPlaid (logged on the root logger, so no logger name
+    can silence it): docpc-retrievers never uses FastPlaid."""
+    return not (record.name == "root" and str(record.msg).startswith("FastPlaid is not installed"))
+
+
 def _setup_logging(verbose: int) -> None:
     progress = logging.getLogger("docpc_retrievers.progress")  # model loading and totals: shown without -v
     if not progress.handlers:
@@ -82,6 +88,8 @@ def _setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     # force=True: importing colpali-engine may already have attached a root handler.
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_quiet_peer_notices)
     if verbose < 2:
         for noisy in ("chromadb", "httpx", "transformers", "urllib3", "huggingface_hub"):
             logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -3,6 +3,7 @@ timings it was made on, one block a user can paste into a bug report."""
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
 from docpc_retrievers.machine.choices import cache_file, forget
@@ -30,6 +31,9 @@ def machine_report(*, retime: bool = False) -> dict[str, Any]:
     int8 = kernels.int8_kernel_choice()
     threads = threads_choice()
     return {
+        "python": platform.python_version(),
+        "os": platform.platform(),
+        "versions": package_versions(),
         "cpu": this_cpu().to_dict(),
         "native_bfloat16": this_cpu().native_bfloat16,
         "torch": torch.__version__,
@@ -46,6 +50,24 @@ def machine_report(*, retime: bool = False) -> dict[str, Any]:
     }
 
 
+#: The packages whose versions a bug report needs (distribution names).
+REPORTED_PACKAGES = ("docpc-retrievers", "torch", "torchvision", "transformers", "colpali-engine", "chromadb",
+                     "PyMuPDF", "numpy", "Pillow")
+
+
+def package_versions() -> dict[str, str]:
+    """Each of :data:`REPORTED_PACKAGES` with its installed version, or ``not installed``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in REPORTED_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
 def _timings(choice: dict[str, Any]) -> str:
     return ", ".join(f"{name} {'-' if ms is None else f'{ms:.2f} ms'}" for name, ms in choice["timings_ms"].items())
 
@@ -56,6 +78,8 @@ def machine_report_text(report: dict[str, Any]) -> str:
     how = {"timed": "timed now", "cached": "timed earlier on this machine", "forced": "forced by the environment",
            "only": "the only one that works here"}
     lines = [
+        ("python", f"{report['python']} on {report['os']}"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in report["versions"].items())),
         ("cpu", f"{cpu['model']} ({cpu['architecture']}, {cpu['cores']} cores)"),
         ("flags", " ".join(cpu["flags"]) or "none of those that matter"),
         ("torch", f"{report['torch']}, {report['torch_threads']} threads; docpc-retrievers {report['docpc_retrievers']}"),

@@ -65,6 +65,7 @@ def register(sub: Any) -> None:
         help="ask a running `docpc serve` at URL instead of loading the store and model here "
         "(default: $DOCPC_SERVER; its token from $DOCPC_SERVE_TOKEN)",
     )
+    p.add_argument("--token", help="the server's bearer token, for --server (default: $DOCPC_SERVE_TOKEN)")
     add_option_flags(p, SEARCH_OPTIONS)
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
     p.set_defaults(func=run)
@@ -148,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     server = args.server or os.environ.get(SERVER_ENV)
     if server:
         return _run_remote(args, server, options, many)
+    if args.token:
+        raise UsageError("--token goes with --server URL (a local search needs no token)")
     if args.store is None:
         raise UsageError("give --store PATH (or --server URL to ask a running docpc serve)")
     stream = _open_queries(args.queries) if args.queries is not None else None
@@ -196,7 +199,7 @@ def _run_remote(args: argparse.Namespace, server: str, options: dict[str, Any], 
             for query in batch:
                 n += 1
                 found = remote_search(server, query, options.get("top_k", DEFAULT_TOP_K), filters=options.get("filters"),
-                                      under=args.under, rerank=args.rerank)
+                                      under=args.under, rerank=args.rerank, token=args.token)
                 results = found if args.json else [SearchResult.from_dict(d) for d in found]
                 _print(results, args.json, (n, query) if many else None, as_dicts=args.json)
                 sys.stdout.flush()

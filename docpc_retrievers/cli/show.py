@@ -49,8 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         raise UsageError("--dpi must be positive")
     options = option_values(args, SHOW_OPTIONS)
-    if args.out is None and args.png is None:
-        args.out = Path(DEFAULT_REPORT)
+    replaced = False
+    if args.out is None and args.png is None:  # the default name never replaces an earlier report
+        args.out = free_report_path(Path(DEFAULT_REPORT))
+    elif args.out is not None:
+        replaced = args.out.exists()
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
         results = index.search(args.query, password=args.password, **options)
         if not results:
@@ -68,5 +71,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit({"hits": [r.to_dict() for r in results], "written": written})
     else:
-        print(f"{len(results)} hit{'' if len(results) == 1 else 's'} explained; wrote {', '.join(written) if written else 'nothing'}")
+        note = " (replacing the report that was there)" if replaced else ""
+        print(f"{len(results)} hit{'' if len(results) == 1 else 's'} explained; wrote "
+              f"{', '.join(written) if written else 'nothing'}{note}")
     return EXIT_OK
+
+
+def free_report_path(path: Path) -> Path:
+    """``path``, or the first of ``name-2.html``, ``name-3.html``... that does not exist yet."""
+    n = 1
+    candidate = path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate

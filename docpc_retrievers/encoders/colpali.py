@@ -8,11 +8,12 @@ transformers, colpali-engine: about 7 s) happen only when one is built.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -203,8 +204,9 @@ class ColPaliEncoder:
             )
         common: dict[str, Any] = {"local_files_only": ckpt.local_files_only}
         try:
-            model = model_cls.from_pretrained(ckpt.model_id, dtype=self.dtype, device_map=self.device, **common)
-            processor = processor_cls.from_pretrained(ckpt.model_id, **common)
+            with _quiet_local_load(ckpt.model_id):
+                model = model_cls.from_pretrained(ckpt.model_id, dtype=self.dtype, device_map=self.device, **common)
+                processor = processor_cls.from_pretrained(ckpt.model_id, **common)
         except ModelLoadError:
             raise
         except Exception as exc:  # OSError (missing files), ValueError (bad config), RuntimeError (OOM), ...
@@ -468,3 +470,18 @@ def load_encoder(model: str | Path = DEFAULT_MODEL, **kwargs: Any) -> Encoder:
     """Build the encoder for ``model`` (currently always a :class:`ColPaliEncoder`)."""
     return ColPaliEncoder(model, **kwargs)
 
+
+@contextlib.contextmanager
+def _quiet_local_load(model_id: Any) -> Iterator[None]:
+    """No "Loading weights" bar for a checkpoint already in a local folder (every open drew one); a download from
+    a hub keeps its bars, which say how long it will take."""
+    from transformers.utils import logging as hf_logging
+
+    if not Path(str(model_id)).expanduser().is_dir() or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()

@@ -39,5 +39,7 @@ def remote_search(
             reason = response.json().get("error", response.text)
         except ValueError:
             reason = response.text
-        raise DocPCError(f"the docpc server at {url} answered {response.status_code}: {reason}")
+        hint = (f"; give its token with --token or ${TOKEN_ENV}" if response.status_code == 401 and not token
+                else f"; check the token given (--token or ${TOKEN_ENV})" if response.status_code == 401 else "")
+        raise DocPCError(f"the docpc server at {url} answered {response.status_code}: {reason}{hint}")
     return list(response.json()["results"])
