@@ -210,7 +210,7 @@ def test_a_rerun_says_when_sources_under_its_folders_are_gone(tmp_path: Path, ti
         elsewhere.unlink()
         report = index.add_pdfs([tmp_path / "in"])
         assert report.missing == [document_id_of(index, "lose.pdf")] and report.removed == []
-        assert "`docpc list --missing` shows them, `--prune` deletes them" in report.summary()
+        assert "has lost its source file: `docpc list --missing` shows it, `--prune` deletes it" in report.summary()
         assert len(index) == 3 and keep.exists()
         assert index.add_pdfs([tmp_path / "in"], prune=True).removed == report.missing
 
