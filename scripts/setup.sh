@@ -2,8 +2,8 @@
 # Set up everything on a fresh machine (Linux or macOS, no sudo needed): .venv/ with a matching torch/torchvision
 # pair, docpc-retrievers (editable) with its dev tools and the framework integrations under integrations/; a
 # browser for the report test where one can be installed; and, for every other Python the package declares that is
-# present here (oldest and newest), .venv-py3.X/ for the smoke test. Safe to re-run: it installs only what is
-# missing. DOCPC_OTHER_PYTHONS=0 skips the extra environments.
+# present here (oldest and newest), .venv-py3.X/ for the smoke test when DOCPC_OTHER_PYTHONS=1 asks (CI sets it;
+# each costs a torch of its own). Safe to re-run: it installs only what is missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,7 +99,10 @@ fi
 
 # The oldest and newest Pythons the package declares, each in its own environment for the smoke test
 # (tests/test_smoke_pythons.py), where the interpreter is present: on PATH as python3.X, or under pyenv.
-if [ "${DOCPC_OTHER_PYTHONS:-1}" != "0" ]; then
+if [ "${DOCPC_OTHER_PYTHONS:-0}" = "0" ]; then
+  echo "==> one environment only: DOCPC_OTHER_PYTHONS=1 bash scripts/setup.sh adds the oldest and newest declared" \
+       "Pythons for the smoke test (CI does)"
+else
   main_version="$("$VPY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
   for version in $("$VPY" "$ROOT/scripts/declared_pythons.py" --ends); do
     [ "$version" = "$main_version" ] && continue
