@@ -57,6 +57,9 @@ class SearchResult:
     selected_pages: list[int]
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
     evidence_pages: list[EvidencePage] = field(default_factory=list)
+    other_shares: dict[str, float] = field(default_factory=dict)
+    """The grid score's shares that no page holds (query prompt tokens, image prompt rows, empty cells); with the
+    evidence pages' shares they add up to 1 (scoring/evidence.py, ``split_terms``)."""
     grid_score: float | None = None
     reranked: bool = False
     rerank_error: str | None = None
@@ -154,6 +157,7 @@ class SearchResult:
             metadata=dict(data.get("metadata") or {}),
             evidence_pages=[EvidencePage(e["page"], e.get("share"), e.get("score"), e.get("label"))
                             for e in data.get("evidence_pages") or []],
+            other_shares={str(k): float(v) for k, v in (data.get("other_shares") or {}).items()},
             grid_score=data.get("grid_score"), reranked=bool(data.get("reranked")), rerank_error=data.get("rerank_error"),
         )
 
@@ -168,6 +172,7 @@ class SearchResult:
             "pages": self.total_pages,
             "selected_pages": self.selected_pages,
             "evidence_pages": [e.to_dict() for e in self.evidence_pages],
+            **({"other_shares": {k: round(v, 6) for k, v in self.other_shares.items()}} if self.other_shares else {}),
             "metadata": user_part(self.metadata),
             **({"grid_score": self.grid_score, "reranked": True} if self.reranked else {}),
             **({"reranked": False, "rerank_error": self.rerank_error} if self.rerank_error else {}),

@@ -23,7 +23,7 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.explain.explainer import Explainer
 from docpc_retrievers.rerank import PageReranker, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
-from docpc_retrievers.scoring.evidence import TokenGrid, evidence_shares, token_pages
+from docpc_retrievers.scoring.evidence import TokenGrid, score_shares, token_pages
 from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore, ScoredDocument
 from docpc_retrievers.store.page_cache import PageEmbeddingCache, cache_fingerprint
@@ -78,7 +78,8 @@ class Searcher:
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):
-            results = [self.with_evidence(hit, q) for hit in per_query]
+            words = self._query_words(text, len(q)) if per_query else None
+            results = [self.with_evidence(hit, q, words) for hit in per_query]
             if options.rerank:
                 with self._rerank_lock:
                     results = rerank_results(
@@ -90,8 +91,16 @@ class Searcher:
             out.append(ranked)
         return out
 
-    def with_evidence(self, hit: ScoredDocument, query: np.ndarray) -> SearchResult:
-        """A result with its evidence pages: grid attribution, or page-mode page scores."""
+    def _query_words(self, text: str, rows: int) -> list[bool] | None:
+        """Per query row, whether it is one of the query's own words (not its prompt); None when the encoder does
+        not say (every row then counts as a word)."""
+        tokens = getattr(self._encoder(), "query_tokens", None)
+        labels = tokens(text) if callable(tokens) else None
+        return [bool(word) for _, word in labels] if labels is not None and len(labels) == rows else None
+
+    def with_evidence(self, hit: ScoredDocument, query: np.ndarray, words: list[bool] | None = None) -> SearchResult:
+        """A result with its evidence pages: grid attribution (each page's share, and the shares no page holds, by
+        the one definition in scoring/evidence.py), or page-mode page scores. ``words``: as :meth:`_query_words`."""
         result = replace(SearchResult.from_metadata(hit.id, hit.score, 0, hit.metadata, text=hit.text),
                          grid_image=hit.grid)
         meta = hit.metadata
@@ -103,15 +112,18 @@ class Searcher:
                 ev.sort(key=lambda e: (-(e.score or 0.0), e.page))
                 return replace(result, evidence_pages=ev)
             return result
-        shares = self._grid_shares(hit, query)
-        if shares is None:
+        split = self._grid_shares(hit, query, words)
+        if split is None:
             return result
+        shares, other = split
         ev = [EvidencePage(p, share=shares.get(p - 1, 0.0), label=label.get(p)) for p in pages]
         ev.sort(key=lambda e: (-(e.share or 0.0), e.page))
-        return replace(result, evidence_pages=ev)
+        return replace(result, evidence_pages=ev, other_shares=other)
 
-    def _grid_shares(self, hit: ScoredDocument, query: np.ndarray) -> dict[int, float] | None:
-        """Share of the grid MaxSim per page (0-based), or None when the token geometry is unknown."""
+    def _grid_shares(self, hit: ScoredDocument, query: np.ndarray,
+                     words: list[bool] | None) -> tuple[dict[int, float], dict[str, float]] | None:
+        """Shares of the grid MaxSim per page (0-based) and not on a page, or None when the token geometry is
+        unknown."""
         raw_grid, raw_layout = hit.metadata.get("token_grid"), hit.metadata.get("layout")
         if not raw_grid or not raw_layout:
             return None
@@ -121,7 +133,7 @@ class Searcher:
             vectors, anchors = self.store.vectors_with_anchors(hit.id)
         else:
             vectors, anchors = hit.vectors, hit.anchors
-        return evidence_shares(query, vectors, grid, token_pages(layout, grid.rows, grid.cols), anchors)
+        return score_shares(query, vectors, grid, token_pages(layout, grid.rows, grid.cols), anchors, words)
 
     @property
     def page_cache(self) -> PageEmbeddingCache:

@@ -19,6 +19,7 @@ from docpc_retrievers.cli.app import main
 from docpc_retrievers.cli.search import page_ranges
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.filters import check_where, filter_keys
+from docpc_retrievers.scoring.evidence import shares_text
 
 
 pytestmark = pytest.mark.usefixtures("fresh_chroma")
@@ -174,18 +175,19 @@ def test_search_output_counts_pages_and_labels_evidence(store: Path, capsys: pyt
     out = capsys.readouterr().out
     blocks = [b for b in re.split(r"(?m)^(?=\s*\d+\.\s)", out) if b.strip()]
     assert len(blocks) == len(hits) == 3
-    for hit, block in zip(hits, blocks):  # what the shares leave is shown as such; pages with nothing are not listed
-        rest = 1.0 - sum(e["share"] for e in hit["evidence_pages"])
-        if any(e["share"] >= 0.005 for e in hit["evidence_pages"]):
-            assert (f"; {rest:.0%} from the query's prompt tokens" in block) == (rest >= 0.05), (rest, block)
-        else:
-            assert "no page stands out" in block
-        assert not re.search(r"\bp\d+ 0%", block), block
+    for hit, block in zip(hits, blocks):  # one definition: the printed line is the JSON's shares, which add up to 1
+        pages = {e["page"]: e["share"] for e in hit["evidence_pages"]}
+        other = hit.get("other_shares", {})
+        assert abs(sum(pages.values()) + sum(other.values()) - 1.0) < 1e-4, hit
+        shown = dict(sorted(((p, v) for p, v in pages.items() if v >= 0.005), key=lambda kv: -kv[1])[:4])
+        assert f"where the score went: {shares_text(shown, other)}" in block, block
+        assert not re.search(r"\bpage \d+ 0%", block), block
     nothing = [EvidencePage(page=p, score=0.0, share=0.0) for p in (1, 2, 3, 4)]
-    assert evidence_line(nothing) == "no page stands out: the score comes from the query's prompt tokens and empty cells"
+    assert evidence_line(nothing, {"query prompt tokens": 0.7, "image prompt rows": 0.3}) == (
+        "query prompt tokens 70%, image prompt rows 30%")
     some = [EvidencePage(page=2, score=0.5, share=0.6), EvidencePage(page=1, score=0.0, share=0.0)]
-    assert evidence_line(some) == "p2 60%; 40% from the query's prompt tokens and empty cells"
-    assert "[1 page;" in out and "1 pages" not in out and "evidence (share of the grid score)" in out
+    assert evidence_line(some, {"query prompt tokens": 0.4}) == "page 2 60%, query prompt tokens 40%"
+    assert "[1 page;" in out and "1 pages" not in out and "where the score went:" in out
     assert page_ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8" and page_ranges(list(range(1, 118))) == "1-117"
 
 

@@ -120,3 +120,27 @@ def test_opening_a_local_checkpoint_draws_no_loading_bar(tiny_checkpoint: Path) 
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,
                          env={**env, "HF_HUB_OFFLINE": "1"})
     assert "Loading weights" not in run.stderr and run.stdout.strip() == "True"  # bars back on for later downloads
+
+
+def test_a_hits_shares_are_told_one_way_everywhere(small_store: Path, tiny_encoder: ColPaliEncoder) -> None:
+    """The search result, its JSON, explain().shares and explain().breakdown() give the same numbers for the same
+    hit, and they add up to 1: the query's prompt tokens are their own part, never counted into a page."""
+    from docpc_retrievers import DocPCIndex
+    from docpc_retrievers.cli.search import evidence_line
+
+    with DocPCIndex(small_store, encoder=tiny_encoder) as index:
+        for hit in index.search("newcomer document", top_k=2):
+            pages = {e.page: e.share or 0.0 for e in hit.evidence_pages}
+            assert abs(sum(pages.values()) + sum(hit.other_shares.values()) - 1.0) < 1e-6
+            assert hit.other_shares.get("query prompt tokens", 0.0) > 0  # the tiny model's query prompt is scored
+            data = hit.to_dict()
+            assert {e["page"]: e["share"] for e in data["evidence_pages"]} == pytest.approx(pages, abs=1e-6)
+            assert data["other_shares"] == pytest.approx(hit.other_shares, abs=1e-6)
+            why = hit.explain()
+            assert {p: v for p, v in why.shares.items() if v > 0} == pytest.approx(
+                {p: v for p, v in pages.items() if v > 0}, abs=1e-4)
+            expected = {**{f"page {p}": v for p, v in pages.items() if v > 0}, **hit.other_shares}
+            assert why.breakdown() == pytest.approx(expected, abs=1e-4)
+            assert abs(sum(why.breakdown().values()) - 1.0) < 1e-6
+            line = evidence_line(hit.evidence_pages, hit.other_shares)
+            assert all(f"{name} {value:.0%}" in line for name, value in expected.items() if value >= 0.005)

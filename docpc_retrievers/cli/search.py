@@ -12,7 +12,7 @@ import json
 import os
 import select
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,6 +23,7 @@ from docpc_retrievers.cli.common import (
 )
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.results import EvidencePage
+from docpc_retrievers.scoring.evidence import shares_text
 from docpc_retrievers.serve.client import SERVER_ENV
 
 __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
@@ -119,14 +120,13 @@ def stream_batches(fd: int) -> Iterator[list[str]]:
         yield from (batch[i : i + QUERY_BATCH] for i in range(0, len(batch), QUERY_BATCH))
 
 
-def evidence_line(pages: Sequence[EvidencePage]) -> str:
-    """The pages that hold at least half a percent of the grid score (at most four), and what no page holds."""
-    shown = [e for e in pages if (e.share or 0.0) >= 0.005][:4]
-    rest = 1.0 - sum(e.share or 0.0 for e in pages)
-    if not shown:
-        return "no page stands out: the score comes from the query's prompt tokens and empty cells"
-    line = ", ".join(f"p{e.page} {e.share or 0.0:.0%}" for e in shown)
-    return line + (f"; {rest:.0%} from the query's prompt tokens and empty cells" if rest >= 0.05 else "")
+def evidence_line(pages: Sequence[EvidencePage], other: Mapping[str, float] | None = None) -> str:
+    """Where the grid score went, as ``docpc show`` and ``explain().breakdown()`` say it: the pages that hold at least
+    half a percent (at most four), then the parts no page holds (scoring/evidence.py, ``shares_text``)."""
+    shown = {e.page: e.share or 0.0 for e in pages if (e.share or 0.0) >= 0.005}
+    shown = dict(sorted(shown.items(), key=lambda kv: -kv[1])[:4])
+    line = shares_text(shown, dict(other or {}))
+    return line or "no part of the score is positive"
 
 
 def _query_batches(args: argparse.Namespace, stream: TextIO | None) -> Iterator[list[str]]:
@@ -234,7 +234,7 @@ def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None, 
         print(f"     {r.source}  id={r.id}")
         if r.evidence_pages:
             if r.evidence_pages[0].share is not None:
-                print(f"     evidence (share of the grid score): {evidence_line(r.evidence_pages)}")
+                print(f"     where the score went: {evidence_line(r.evidence_pages, r.other_shares)}")
             else:
                 shown = ", ".join(f"p{e.page} {e.score or 0.0:.3f}" for e in r.evidence_pages[:4])
                 print(f"     evidence (each page's own score): {shown}")

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from docpc_retrievers.documents.composition import GridLayout
-from docpc_retrievers.scoring.evidence import TokenGrid
+from docpc_retrievers.scoring.evidence import TokenGrid, split_terms
 from docpc_retrievers.scoring.maxsim import maxsim_matches
 
-__all__ = ["TokenContribution", "token_contributions", "token_box"]
+__all__ = ["TokenContribution", "contribution_shares", "token_box", "token_contributions"]
 
 Box = tuple[int, int, int, int]
 
@@ -99,3 +99,10 @@ def _page_under(box: Box, layout: GridLayout) -> int | None:
     """1-based page under the centre of ``box`` (grid pixels), None over padding or a blank cell."""
     index = layout.page_at((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
     return None if index is None else int(index) + 1
+
+
+def contribution_shares(contributions: Sequence[TokenContribution]) -> tuple[dict[int, float], dict[str, float]]:
+    """Matched terms split by the one definition (:func:`~docpc_retrievers.scoring.evidence.split_terms`): each page's
+    share (1-based) and the shares no page holds."""
+    return split_terms([c.value for c in contributions], [c.included for c in contributions],
+                       [c.page for c in contributions], [c.patch is not None for c in contributions])

@@ -25,7 +25,7 @@ from docpc_retrievers.documents.pdf import open_pdf
 from docpc_retrievers.documents.represent import checked_source, render_source_pages
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, ExplainUnavailableError, PDFLoadError
-from docpc_retrievers.explain.contributions import Box, TokenContribution, token_contributions
+from docpc_retrievers.explain.contributions import Box, TokenContribution, contribution_shares, token_contributions
 from docpc_retrievers.explain.explanation import Explanation, PageCrop, PagePicture
 from docpc_retrievers.explain.pictures import (
     MIN_CROP_SIDE,
@@ -282,14 +282,8 @@ def _query_labels(encoder: Encoder, query: str, rows: int, notes: list[str]) -> 
 
 
 def _page_shares(contributions: Sequence[TokenContribution]) -> dict[int, float]:
-    """Each page's share of the positive terms (as :func:`~docpc_retrievers.scoring.evidence.evidence_shares`
-    computes it for search results, here from terms already matched)."""
-    total = sum(max(c.value, 0.0) for c in contributions)
-    credit: dict[int, float] = {}
-    for c in contributions:
-        if c.page is not None and c.value > 0:
-            credit[c.page] = credit.get(c.page, 0.0) + c.value
-    return {page: value / total for page, value in credit.items()} if total > 0 else {}
+    """Each page's share of the grid score (1-based), by the definition search results use."""
+    return contribution_shares(contributions)[0]
 
 
 def _page_labels(meta: Mapping[str, Any]) -> dict[int, str]:

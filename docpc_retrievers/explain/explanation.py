@@ -18,7 +18,7 @@ from typing import Literal
 from PIL import Image
 
 from docpc_retrievers.image_bytes import png_bytes
-from docpc_retrievers.explain.contributions import TokenContribution
+from docpc_retrievers.explain.contributions import TokenContribution, contribution_shares
 
 __all__ = ["Explanation", "PageCrop", "PagePicture", "image_data_uri"]
 
@@ -103,24 +103,16 @@ class Explanation:
         return [c for c in self.contributions if not c.included]
 
     def breakdown(self) -> dict[str, float]:
-        """Where the whole score went, as fractions adding up to 1: ``page N`` for terms won on a page,
-        ``padding or blank cells`` (won by a patch outside every page), ``image prompt rows`` (won by a
-        non-visual row of the image) and ``query prompt tokens`` (the excluded query tokens' terms)."""
-        parts: dict[str, float] = {}
-        for c in self.contributions:
-            if not c.included:
-                key = "query prompt tokens"
-            elif c.page is not None:
-                key = f"page {c.page}"
-            elif c.patch is not None:
-                key = "padding or blank cells"
-            else:
-                key = "image prompt rows"
-            parts[key] = parts.get(key, 0.0) + c.value
-        total = sum(parts.values())
-        if not parts or abs(total) < 1e-12:
-            return {}
-        return {k: v / total for k, v in sorted(parts.items(), key=lambda kv: (not kv[0].startswith("page"), -kv[1]))}
+        """Where the score went, as shares of its positive terms adding up to 1, by the one definition every front
+        end uses (scoring/evidence.py, ``split_terms``): ``page N`` for words' terms won on a page, then ``query
+        prompt tokens``, ``image prompt rows`` and ``empty cells``. In page mode, each page's share of the page
+        scores."""
+        if self.mode == "page":
+            return {f"page {p}": v for p, v in sorted(self.shares.items(), key=lambda kv: -kv[1])}
+        pages, other = contribution_shares(self.contributions)
+        out = {f"page {p}": v for p, v in sorted(pages.items(), key=lambda kv: -kv[1])}
+        out.update(sorted(other.items(), key=lambda kv: -kv[1]))
+        return out
 
     def token_rows(self) -> list[tuple[str, float, str]]:
         """One row per query token: ``(token, term, where it was won)``, in query order."""
@@ -129,7 +121,7 @@ class Explanation:
                 return "prompt (left out of the pictures)"
             if c.page is not None:
                 return f"page {c.page}"
-            return "padding or blank cell" if c.patch is not None else "image prompt row"
+            return "empty cell" if c.patch is not None else "image prompt row"
         return [(c.text, c.value, where(c)) for c in self.contributions]
 
     @property
