@@ -144,3 +144,23 @@ def test_a_hits_shares_are_told_one_way_everywhere(small_store: Path, tiny_encod
             assert abs(sum(why.breakdown().values()) - 1.0) < 1e-6
             line = evidence_line(hit.evidence_pages, hit.other_shares)
             assert all(f"{name} {value:.0%}" in line for name, value in expected.items() if value >= 0.005)
+
+
+def test_a_server_without_full_paths_names_the_model_by_its_folder_everywhere(
+    small_store: Path, tiny_encoder: ColPaliEncoder
+) -> None:
+    from docpc_retrievers import DocPCIndex
+    from docpc_retrievers.serve.service import StoreService
+
+    service = StoreService(DocPCIndex(small_store, encoder=tiny_encoder))
+    try:
+        health, status = service.health()
+        info = service.info()
+        doc_id = service.index.documents()[0].id if isinstance(service.index.documents(), list) else next(
+            iter(service.index.documents())).id
+        one = service.document(doc_id)
+        assert status == 200 and health["model"] == info["model"] == one["model"]
+        assert "/" not in health["model"] and health["model"] == Path(tiny_encoder.model_id).name
+        assert isinstance(one["layout"], dict) and isinstance(one["token_grid"], dict)
+    finally:
+        service.close()

@@ -95,10 +95,14 @@ def test_the_json_api_answers_as_the_index_does(served: Served) -> None:
     assert picture.format == "PNG" and min(picture.size) > 50
     health = httpx.get(f"{served.url}/health", headers=_auth()).json()
     assert health["status"] == "ok" and health["documents"] == 5
+    info = httpx.get(f"{served.url}/info", headers=_auth()).json()
+    assert health["model"] == info["model"]  # shown the same way (this server shows full paths)
     listed = httpx.get(f"{served.url}/documents", params={"limit": 2}, headers=_auth()).json()
     assert len(listed["documents"]) == 2 and listed["total"] == 5
     one = httpx.get(f"{served.url}/documents/{listed['documents'][0]['id']}", headers=_auth()).json()
     assert one["source"] == listed["documents"][0]["source"]
+    assert one["model"] == info["model"]
+    assert isinstance(one["layout"], dict) and isinstance(one["token_grid"], dict)  # objects, not JSON in strings
 
 
 def test_bad_requests_get_a_reason(served: Served) -> None:

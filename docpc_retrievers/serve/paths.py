@@ -54,13 +54,26 @@ class PathDisplay:
         """A path a client sent: a relative one is read against the shared folder (it is what the server showed)."""
         return path if os.path.isabs(path) or self.full else os.path.join(self.base(), path)
 
+    def model(self, model: Any) -> Any:
+        """A model as shown: a local folder by its name (this machine's paths stay hidden), a hub id as it is."""
+        if self.full or not isinstance(model, str) or not os.path.isabs(model):
+            return model
+        return os.path.basename(model.rstrip("/"))
+
     def result(self, hit: dict[str, Any]) -> dict[str, Any]:
-        """A result or listing dict with its ``source`` (top level and in ``metadata``) as shown."""
+        """A result or listing dict with its ``source`` and ``model`` (top level and in ``metadata``) as shown."""
         out = dict(hit)
         if "source" in out:
             out["source"] = self.shown(out["source"])
-        if isinstance(out.get("metadata"), Mapping) and "source" in out["metadata"]:
-            out["metadata"] = {**out["metadata"], "source": self.shown(out["metadata"]["source"])}
+        if "model" in out:
+            out["model"] = self.model(out["model"])
+        if isinstance(out.get("metadata"), Mapping):
+            meta = dict(out["metadata"])
+            if "source" in meta:
+                meta["source"] = self.shown(meta["source"])
+            if "model" in meta:
+                meta["model"] = self.model(meta["model"])
+            out["metadata"] = meta
         return out
 
     def info(self, info: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,7 +81,6 @@ class PathDisplay:
         if self.full:
             return dict(info)
         out = {k: v for k, v in info.items() if k not in _INFO_PATHS}
-        model = out.get("model")
-        if isinstance(model, str) and os.path.isabs(model):
-            out["model"] = os.path.basename(model.rstrip("/"))
+        if "model" in out:
+            out["model"] = self.model(out["model"])
         return out

@@ -74,7 +74,7 @@ class StoreService:
         """``/health``'s answer and status: ok with the document count, or unhealthy (503) with the reason."""
         try:
             index = self.index
-            return {"status": "ok", "model": index.encoder.model_id, "documents": len(index)}, 200
+            return {"status": "ok", "model": self.paths.model(index.encoder.model_id), "documents": len(index)}, 200
         except RequestError as exc:
             return {"status": "unhealthy", "reason": str(exc)}, 503
 
@@ -181,8 +181,16 @@ class StoreService:
         return {"documents": docs, "offset": request.offset, "total": len(listed)}
 
     def document(self, doc_id: str) -> dict[str, Any]:
-        """One document's stored metadata (JSON-safe)."""
-        return _json_safe(self.paths.result({"id": doc_id, **self._metadata(doc_id)}))
+        """One document's stored metadata (JSON-safe; the grid's layout and token grid as JSON objects, not as the
+        strings the store keeps them in)."""
+        meta = dict(self._metadata(doc_id))
+        for key in ("layout", "token_grid"):
+            if isinstance(meta.get(key), str):
+                try:
+                    meta[key] = json.loads(meta[key])
+                except ValueError:
+                    pass
+        return _json_safe(self.paths.result({"id": doc_id, **meta}))
 
     def info(self) -> dict[str, Any]:
         """What the store holds and how it was built (``docpc info``)."""
