@@ -59,7 +59,7 @@ class SearchResult:
     evidence_pages: list[EvidencePage] = field(default_factory=list)
     other_shares: dict[str, float] = field(default_factory=dict)
     """The grid score's shares that no page holds (query prompt tokens, image prompt rows, empty cells); with the
-    evidence pages' shares they add up to 1 (scoring/evidence.py, ``split_terms``)."""
+    evidence pages' shares they add up to 1 (explain/shares.py, ``split_terms``)."""
     grid_score: float | None = None
     reranked: bool = False
     rerank_error: str | None = None

@@ -23,7 +23,8 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.explain.explainer import Explainer
 from docpc_retrievers.rerank import PageReranker, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
-from docpc_retrievers.scoring.evidence import TokenGrid, score_shares, token_pages
+from docpc_retrievers.explain.shares import score_shares
+from docpc_retrievers.scoring.evidence import TokenGrid, token_pages
 from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore, ScoredDocument
 from docpc_retrievers.store.page_cache import PageEmbeddingCache, cache_fingerprint
@@ -100,7 +101,7 @@ class Searcher:
 
     def with_evidence(self, hit: ScoredDocument, query: np.ndarray, words: list[bool] | None = None) -> SearchResult:
         """A result with its evidence pages: grid attribution (each page's share, and the shares no page holds, by
-        the one definition in scoring/evidence.py), or page-mode page scores. ``words``: as :meth:`_query_words`."""
+        the one definition in explain/shares.py), or page-mode page scores. ``words``: as :meth:`_query_words`."""
         result = replace(SearchResult.from_metadata(hit.id, hit.score, 0, hit.metadata, text=hit.text),
                          grid_image=hit.grid)
         meta = hit.metadata

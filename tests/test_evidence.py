@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from docpc_retrievers.documents.composition import compose_grid
-from docpc_retrievers.scoring.evidence import TokenGrid, evidence_shares, token_pages
+from docpc_retrievers.explain.shares import evidence_shares
+from docpc_retrievers.scoring.evidence import TokenGrid, token_pages
 
 
 def _pages(n: int, size: tuple[int, int] = (100, 100)) -> list[Image.Image]:

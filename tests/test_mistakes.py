@@ -19,7 +19,7 @@ from docpc_retrievers.cli.app import main
 from docpc_retrievers.cli.search import page_ranges
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.filters import check_where, filter_keys
-from docpc_retrievers.scoring.evidence import shares_text
+from docpc_retrievers.explain.shares import shares_text
 
 
 pytestmark = pytest.mark.usefixtures("fresh_chroma")

@@ -317,7 +317,7 @@ def test_a_served_store_deleted_and_rebuilt_is_reported_then_served_again_withou
         make_pdf(docs / "doc3.pdf", "tax forms", 1)
         rebuilt = run_docpc("index", docs, "--store", store, "--model", tiny_checkpoint)
         assert rebuilt.returncode == 0, rebuilt.describe()
-        assert httpx.get(f"{url}/health").json() == {"status": "ok", "model": str(tiny_checkpoint), "documents": 4}
+        assert httpx.get(f"{url}/health").json() == {"status": "ok", "model": tiny_checkpoint.name, "documents": 4}
         again = httpx.post(f"{url}/search", json={"query": "wind", "k": 4, "images": 2})
         assert again.status_code == 200 and len(again.json()["results"]) == 4
         assert httpx.get(f"{url}/documents").json()["total"] == 4

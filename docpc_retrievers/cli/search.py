@@ -23,7 +23,7 @@ from docpc_retrievers.cli.common import (
 )
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.results import EvidencePage
-from docpc_retrievers.scoring.evidence import shares_text
+from docpc_retrievers.explain.shares import shares_text
 from docpc_retrievers.serve.client import SERVER_ENV
 
 __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
@@ -122,7 +122,7 @@ def stream_batches(fd: int) -> Iterator[list[str]]:
 
 def evidence_line(pages: Sequence[EvidencePage], other: Mapping[str, float] | None = None) -> str:
     """Where the grid score went, as ``docpc show`` and ``explain().breakdown()`` say it: the pages that hold at least
-    half a percent (at most four), then the parts no page holds (scoring/evidence.py, ``shares_text``)."""
+    half a percent (at most four), then the parts no page holds (explain/shares.py, ``shares_text``)."""
     shown = {e.page: e.share or 0.0 for e in pages if (e.share or 0.0) >= 0.005}
     shown = dict(sorted(shown.items(), key=lambda kv: -kv[1])[:4])
     line = shares_text(shown, dict(other or {}))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from docpc_retrievers.documents.composition import GridLayout
-from docpc_retrievers.scoring.evidence import TokenGrid, split_terms
+from docpc_retrievers.explain.shares import split_terms
+from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.scoring.maxsim import maxsim_matches
 
 __all__ = ["TokenContribution", "contribution_shares", "token_box", "token_contributions"]
@@ -102,7 +103,7 @@ def _page_under(box: Box, layout: GridLayout) -> int | None:
 
 
 def contribution_shares(contributions: Sequence[TokenContribution]) -> tuple[dict[int, float], dict[str, float]]:
-    """Matched terms split by the one definition (:func:`~docpc_retrievers.scoring.evidence.split_terms`): each page's
+    """Matched terms split by the one definition (:func:`~docpc_retrievers.explain.shares.split_terms`): each page's
     share (1-based) and the shares no page holds."""
     return split_terms([c.value for c in contributions], [c.included for c in contributions],
                        [c.page for c in contributions], [c.patch is not None for c in contributions])

@@ -104,7 +104,7 @@ class Explanation:
 
     def breakdown(self) -> dict[str, float]:
         """Where the score went, as shares of its positive terms adding up to 1, by the one definition every front
-        end uses (scoring/evidence.py, ``split_terms``): ``page N`` for words' terms won on a page, then ``query
+        end uses (explain/shares.py, ``split_terms``): ``page N`` for words' terms won on a page, then ``query
         prompt tokens``, ``image prompt rows`` and ``empty cells``. In page mode, each page's share of the page
         scores."""
         if self.mode == "page":
