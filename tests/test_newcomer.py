@@ -164,3 +164,23 @@ def test_a_server_without_full_paths_names_the_model_by_its_folder_everywhere(
         assert isinstance(one["layout"], dict) and isinstance(one["token_grid"], dict)
     finally:
         service.close()
+
+
+def test_a_first_run_where_every_file_fails_leaves_no_store(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No store that records no model (the next run would look for the hub default); an existing store stays."""
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "broken.pdf").write_bytes(b"%PDF-1.4 not really a pdf")
+    store = tmp_path / "store"
+    assert main(["index", str(tmp_path / "bad"), "--store", str(store), "--model", str(tiny_checkpoint),
+                 "--workers", "0", "--no-progress"]) == 3
+    err = capsys.readouterr().err
+    assert "failed" in err and "no store was created" in err and not store.exists()
+    from e2e_helpers import make_pdf
+
+    make_pdf(tmp_path / "good" / "ok.pdf", "a good one", 1)
+    assert main(["index", str(tmp_path / "good"), "--store", str(store), "--model", str(tiny_checkpoint),
+                 "--workers", "0", "--no-progress"]) == 0
+    assert main(["index", str(tmp_path / "bad"), "--store", str(store), "--workers", "0", "--no-progress"]) == 3
+    assert store.exists() and "no store was created" not in capsys.readouterr().err

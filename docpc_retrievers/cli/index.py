@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -113,9 +114,8 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _check_paths(args: argparse.Namespace) -> bool:
-    """Usage errors before any store is opened or created: missing roots, roots without PDFs.
-
-    Returns False when there is nothing to index but the store exists (a warning, exit 0).
+    """Usage errors before any store is opened or created: missing roots, roots without PDFs (exit 2 whether or
+    not the store exists). Returns True.
     """
     from docpc_retrievers.documents.discovery import check_roots, discover_pdfs
     from docpc_retrievers.errors import SourceRootError
@@ -151,8 +151,8 @@ def run_index(args: argparse.Namespace) -> int:
         by_path = load_meta_file(args.meta_file) if args.meta_file else None
     except InvalidMetadataError as exc:
         raise UsageError(str(exc)) from None
-    if not _check_paths(args):
-        return EXIT_OK
+    _check_paths(args)
+    created = not args.host and not Path(args.store).expanduser().exists()  # a folder this run makes, nothing else
     if not args.verbose:  # each failure is printed once, from the report below, not also as a log warning
         logging.getLogger("docpc_retrievers.indexing").setLevel(logging.ERROR)
     settings = _settings(args)
@@ -172,6 +172,10 @@ def run_index(args: argparse.Namespace) -> int:
             metadata_by_path=by_path,
             sidecars=not args.no_sidecars,
         )
+        stored = len(index)
+    if created and stored == 0:  # every file failed: leave no store that records no model and no dimension
+        shutil.rmtree(Path(args.store).expanduser(), ignore_errors=True)
+        print(f"docpc: no document was indexed, so no store was created at {args.store}", file=sys.stderr)
     if args.json:
         emit(report.to_dict())
     else:
