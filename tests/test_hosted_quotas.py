@@ -28,13 +28,13 @@ DIM = 16
 N_DOCS = 700  # over two of hosted Chroma's 300-result reads
 
 
-@pytest.fixture(autouse=True)
-def _hosted_quotas(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(QUOTAS_ENV, "hosted")
-    yield
-    from chromadb.api.client import SharedSystemClient
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
-    SharedSystemClient.clear_system_cache()
+
+@pytest.fixture(autouse=True)
+def _hosted_quotas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every client here refuses what hosted Chroma refuses, whatever the suite was started with."""
+    monkeypatch.setenv(QUOTAS_ENV, "hosted")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

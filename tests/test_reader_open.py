@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,7 @@ from docpc_retrievers.store.search.snapshot import read_snapshot
 DIM = 24
 
 
-@pytest.fixture(autouse=True)
-def _fresh_chroma_systems() -> Iterator[None]:
-    yield
-    from chromadb.api.client import SharedSystemClient
-
-    SharedSystemClient.clear_system_cache()
+pytestmark = pytest.mark.usefixtures("fresh_chroma")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
