@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
-from docpc_retrievers.documents.discovery import check_roots, discover_pdfs, document_id, require_pdfs, under_roots
+from docpc_retrievers.documents.discovery import check_roots, document_id, require_pdfs, under_roots
 from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
 from docpc_retrievers.documents.user_metadata import UserMetadata, edited_metadata, resolve_user_metadata, user_part
 from docpc_retrievers.documents.workers import (

@@ -23,7 +23,7 @@ from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.explain.explainer import Explainer
 from docpc_retrievers.rerank import PageReranker, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
-from docpc_retrievers.explain.shares import score_shares
+from docpc_retrievers.explain.shares import query_labels, score_shares
 from docpc_retrievers.scoring.evidence import TokenGrid, token_pages
 from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore, ScoredDocument
@@ -95,9 +95,8 @@ class Searcher:
     def _query_words(self, text: str, rows: int) -> list[bool] | None:
         """Per query row, whether it is one of the query's own words (not its prompt); None when the encoder does
         not say (every row then counts as a word)."""
-        tokens = getattr(self._encoder(), "query_tokens", None)
-        labels = tokens(text) if callable(tokens) else None
-        return [bool(word) for _, word in labels] if labels is not None and len(labels) == rows else None
+        labels = query_labels(self._encoder(), text, rows)
+        return None if labels is None else [bool(word) for _, word in labels]
 
     def with_evidence(self, hit: ScoredDocument, query: np.ndarray, words: list[bool] | None = None) -> SearchResult:
         """A result with its evidence pages: grid attribution (each page's share, and the shares no page holds, by

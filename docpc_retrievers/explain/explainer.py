@@ -26,6 +26,7 @@ from docpc_retrievers.documents.represent import checked_source, render_source_p
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.errors import DocumentNotFoundError, ExplainUnavailableError, PDFLoadError
 from docpc_retrievers.explain.contributions import Box, TokenContribution, contribution_shares, token_contributions
+from docpc_retrievers.explain.shares import query_labels
 from docpc_retrievers.explain.explanation import Explanation, PageCrop, PagePicture
 from docpc_retrievers.explain.pictures import (
     MIN_CROP_SIDE,
@@ -273,12 +274,10 @@ class Explainer:
 
 def _query_labels(encoder: Encoder, query: str, rows: int, notes: list[str]) -> list[tuple[str, bool]] | None:
     """Per query row, its text and whether it is one of the query's words; None (all shown) when unknown."""
-    tokens = getattr(encoder, "query_tokens", None)
-    labels = tokens(query) if callable(tokens) else None
-    if labels is None or len(labels) != rows:
+    labels = query_labels(encoder, query, rows)
+    if labels is None:
         notes.append("the encoder does not name its query tokens: every token is drawn, prompt ones included")
-        return None
-    return list(labels)
+    return labels
 
 
 def _page_shares(contributions: Sequence[TokenContribution]) -> dict[int, float]:

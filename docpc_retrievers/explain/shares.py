@@ -10,8 +10,8 @@ import numpy as np
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.scoring.maxsim import maxsim_matches
 
-__all__ = ["EMPTY_CELLS", "IMAGE_PROMPT", "QUERY_PROMPT", "evidence_shares", "score_shares", "shares_text",
-           "split_terms"]
+__all__ = ["EMPTY_CELLS", "IMAGE_PROMPT", "QUERY_PROMPT", "evidence_shares", "query_labels", "score_shares",
+           "shares_text", "split_terms"]
 
 #: The parts of a grid score that no page holds, named as every front end prints them.
 QUERY_PROMPT, IMAGE_PROMPT, EMPTY_CELLS = "query prompt tokens", "image prompt rows", "empty cells"
@@ -87,3 +87,11 @@ def evidence_shares(
     """Each page's share (0-based) of the MaxSim score, every query token counted as a word (:func:`score_shares`
     without token labels)."""
     return score_shares(query, document, grid, pages_of_tokens, anchors)[0]
+
+
+def query_labels(encoder: object, query: str, rows: int) -> list[tuple[str, bool]] | None:
+    """Per query row, its text and whether it is one of the query's own words (not its prompt), as the encoder
+    names them; None when it does not, or names another number of rows (every row then counts as a word)."""
+    tokens = getattr(encoder, "query_tokens", None)
+    labels = tokens(query) if callable(tokens) else None
+    return list(labels) if labels is not None and len(labels) == rows else None

@@ -1,5 +1,6 @@
-"""Reads of a Chroma collection within hosted Chroma's quotas: 300 results a read, by id or by page, and at most
-10 reads of one collection in flight from this process (chroma_quotas.py has the numbers)."""
+"""Requests to a Chroma collection within hosted Chroma's quotas: the sizes the store writes and reads in, and reads
+of 300 results, by id or by page, at most 10 of one collection in flight from this process (chroma_quotas.py has
+the quotas)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from typing import Any
 
 from docpc_retrievers.store.chroma_quotas import HOSTED
 
-__all__ = ["READ_PAGE", "read", "read_ids", "read_pages"]
+__all__ = ["READ_PAGE", "TEXT_BYTES", "WRITE_BATCH", "read", "read_ids", "read_pages"]
 
 #: Records per Chroma read, by ids or by page (hosted Chroma: 300 results per read).
 READ_PAGE = HOSTED.results_per_read
+#: Records per Chroma write (hosted Chroma: 300).
+WRITE_BATCH = 250
+#: Bytes of text kept in one record's document field (hosted Chroma: 16 KB a document).
+TEXT_BYTES = 16_000
 
 _READ_SLOTS: dict[str, threading.BoundedSemaphore] = {}
 _READ_SLOTS_LOCK = threading.Lock()

@@ -39,7 +39,7 @@ import numpy as np
 
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.chroma_client import unreachable
-from docpc_retrievers.store.chroma_reads import READ_PAGE, read, read_ids, read_pages
+from docpc_retrievers.store.chroma_reads import READ_PAGE, TEXT_BYTES, WRITE_BATCH, read, read_ids, read_pages
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 from docpc_retrievers.store.feed import Change, ChangeFeed
 
@@ -60,12 +60,8 @@ def payload_packing(store_format: int) -> str:
     return "b64" if store_format < 3 else "z85"
 
 
-#: Records per Chroma write (hosted Chroma: 300).
-_WRITE_BATCH = 250
 #: Characters of the manifest's JSON per collection metadata value (hosted Chroma: 4 KB per value).
 _MANIFEST_CHARS = 4000
-#: Bytes of text kept in a document record's text field (hosted Chroma: 16 KB); the rest goes to blobs.
-_TEXT_BYTES = 16_000
 
 
 @dataclass
@@ -203,8 +199,8 @@ class ChromaEngine:
         metas = [_replacing(d.metadata, old.get(d.id)) for d in docs]
         texts = [_clip_text(d.text) for d in docs]
         emb = np.stack([np.asarray(d.embedding, dtype=np.float32) for d in docs])
-        for s in range(0, len(ids), _WRITE_BATCH):
-            e = s + _WRITE_BATCH
+        for s in range(0, len(ids), WRITE_BATCH):
+            e = s + WRITE_BATCH
             self.docs.upsert(ids=ids[s:e], embeddings=emb[s:e], metadatas=metas[s:e], documents=texts[s:e])
         if stale:
             self._delete_ids(self.blobs, stale)
@@ -216,8 +212,8 @@ class ChromaEngine:
         """Replace documents' metadata in place (a ``put`` in the feed, so readers refetch it)."""
         seq = _now_seq()
         ids, metas = list(ids), [{**m, "_seq": seq} for m in metadatas]
-        for s in range(0, len(ids), _WRITE_BATCH):
-            self.docs.update(ids=ids[s : s + _WRITE_BATCH], metadatas=metas[s : s + _WRITE_BATCH])
+        for s in range(0, len(ids), WRITE_BATCH):
+            self.docs.update(ids=ids[s : s + WRITE_BATCH], metadatas=metas[s : s + WRITE_BATCH])
         self.last_keys = self.feed.append(seq, "put", ids)
         return seq
 
@@ -236,7 +232,7 @@ class ChromaEngine:
 
     def _overflow(self, text: str) -> bytes | None:
         data = text.encode("utf-8")
-        return data if len(data) > _TEXT_BYTES else None
+        return data if len(data) > TEXT_BYTES else None
 
     def _stale_blobs(self, docs: Sequence[DocumentRecord], old: Mapping[str, Mapping[str, Any]]) -> list[str]:
         """Payload records of a replaced document that its new version no longer uses."""
@@ -248,14 +244,14 @@ class ChromaEngine:
         return out
 
     def _upsert(self, collection: Any, ids: list[str], metas: list[dict[str, Any]]) -> None:
-        for s in range(0, len(ids), _WRITE_BATCH):
-            e = s + _WRITE_BATCH
+        for s in range(0, len(ids), WRITE_BATCH):
+            e = s + WRITE_BATCH
             collection.upsert(ids=ids[s:e], metadatas=metas[s:e], embeddings=np.ones((len(ids[s:e]), 1), np.float32))
 
     def _delete_ids(self, collection: Any, ids: Sequence[str]) -> None:
         ids = list(ids)
-        for s in range(0, len(ids), _WRITE_BATCH):
-            collection.delete(ids=ids[s : s + _WRITE_BATCH])
+        for s in range(0, len(ids), WRITE_BATCH):
+            collection.delete(ids=ids[s : s + WRITE_BATCH])
 
     # ------------------------------------------------------------------- reads
     @_translated
@@ -265,12 +261,14 @@ class ChromaEngine:
 
     @_translated
     def records(self, ids: Sequence[str] | None = None, *, include_summary: bool = True) -> dict[str, dict[str, Any]]:
+        """Documents' metadata by id (``ids`` None: every document, as :meth:`record_pages` reads them)."""
         out: dict[str, dict[str, Any]] = {}
         if ids is not None:
             got = read_ids(self.docs, ids, include=["metadatas"])
+            out.update(zip(got["ids"], got["metadatas"]))
         else:
-            got = read_pages(self.docs, include=["metadatas"])
-        out.update(zip(got["ids"], got["metadatas"]))
+            for page in self.record_pages():
+                out.update(page)
         if not include_summary:
             for meta in out.values():
                 meta.pop("_summary", None)
@@ -442,6 +440,6 @@ def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[st
 
 def _clip_text(text: str) -> str:
     data = text.encode("utf-8")
-    if len(data) <= _TEXT_BYTES:
+    if len(data) <= TEXT_BYTES:
         return text
-    return data[:_TEXT_BYTES].decode("utf-8", errors="ignore")
+    return data[:TEXT_BYTES].decode("utf-8", errors="ignore")

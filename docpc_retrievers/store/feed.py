@@ -14,17 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from docpc_retrievers.store.chroma_reads import read_ids, read_pages
+from docpc_retrievers.store.chroma_reads import TEXT_BYTES, WRITE_BATCH, read_ids, read_pages
 
 __all__ = ["LOOKBACK_US", "Change", "ChangeFeed"]
 
 #: A reader re-reads this much of the change feed before its last position (microseconds), so a
 #: commit that took a sequence number just before another writer's, but landed after it, is not missed.
 LOOKBACK_US = 120_000_000
-#: Ids per feed record, and bytes of their text (hosted Chroma: 16 KB a document).
+#: Ids per feed record (fewer where their text would pass TEXT_BYTES).
 _IDS_PER_RECORD = 400
-_TEXT_BYTES = 16_000
-_WRITE_BATCH = 250
 
 
 @dataclass(frozen=True)
@@ -49,15 +47,15 @@ class ChangeFeed:
         size = 0
         for doc_id in ids:
             n = len(doc_id.encode("utf-8")) + 1
-            if len(chunks[-1]) == _IDS_PER_RECORD or (chunks[-1] and size + n > _TEXT_BYTES):
+            if len(chunks[-1]) == _IDS_PER_RECORD or (chunks[-1] and size + n > TEXT_BYTES):
                 chunks.append([])
                 size = 0
             chunks[-1].append(doc_id)
             size += n
         token = secrets.token_hex(4)
         keys = [f"{seq:019d}-{op}-{token}-{i}" for i in range(len(chunks))]
-        for s in range(0, len(keys), _WRITE_BATCH):
-            e = s + _WRITE_BATCH
+        for s in range(0, len(keys), WRITE_BATCH):
+            e = s + WRITE_BATCH
             self.log.upsert(
                 ids=keys[s:e],
                 metadatas=[{"seq": seq, "op": op} for _ in keys[s:e]],

@@ -130,6 +130,13 @@ class StoreReader:
             self.cache.advance(seq, self.engine.last_keys)
         self.forget(ids)
 
+    def relabelled(self, seq: int, ids: Sequence[str]) -> None:
+        """This process's own metadata edit: the remembered metadata of ``ids`` goes; the vectors stay."""
+        if self.view is not None:
+            self.cache.advance(seq, self.engine.last_keys)
+        for doc_id in ids:
+            self.metadata.forget(doc_id)
+
     def forget(self, ids: Sequence[str]) -> None:
         if self.view is not None:
             self.view.forget(ids)

@@ -117,11 +117,7 @@ class StoreWriter:
             raise DocumentNotFoundError(missing[0], self.path)
         new = [replaced_metadata(doc_id, old[doc_id], meta) for doc_id, meta in zip(ids, metadatas)]
         if new:
-            seq = self.engine.update_metadata(list(ids), new)
-            if self.reader.view is not None:
-                self.reader.cache.advance(seq, self.engine.last_keys)
-            for doc_id in ids:
-                self.reader.metadata.forget(doc_id)
+            self.reader.relabelled(self.engine.update_metadata(list(ids), new), ids)
 
     def close(self) -> None:
         if self.lock is not None:
