@@ -156,8 +156,7 @@ def test_a_server_without_full_paths_names_the_model_by_its_folder_everywhere(
     try:
         health, status = service.health()
         info = service.info()
-        doc_id = service.index.documents()[0].id if isinstance(service.index.documents(), list) else next(
-            iter(service.index.documents())).id
+        doc_id = next(iter(service.index.documents())).id
         one = service.document(doc_id)
         assert status == 200 and health["model"] == info["model"] == one["model"]
         assert "/" not in health["model"] and health["model"] == Path(tiny_encoder.model_id).name
