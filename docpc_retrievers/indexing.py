@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,8 @@ from docpc_retrievers.documents.workers import (
     render_document,
 )
 from docpc_retrievers.encoders import Encoder
+from docpc_retrievers.encoders.protocol import EncodedImage
+from docpc_retrievers.encoders.stream import EncodeStream
 from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
@@ -51,6 +55,7 @@ from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.encoders.pooling import pool_vectors
 from docpc_retrievers.progress import bars_drawn, progress_bar, shrink
+from docpc_retrievers.timeline import Timeline
 
 __all__ = ["Indexer", "encode_with_tokens"]
 
@@ -66,6 +71,8 @@ class _Pending:
     """The path as given to the run: older records with this ``source`` are replaced when this one is committed."""
     grid_bytes: bytes | Future[bytes] | None = None
     """The preview: made by the render worker, or being made in a background thread (rendering in-process)."""
+    submitted: int = 0
+    """Its images handed to the encoder so far."""
     encoded: list[tuple[np.ndarray, TokenGrid | None]] = field(default_factory=list)
     """Its images encoded so far (page mode: a document's pages may span two encoder calls)."""
     pooled: list[Future[tuple[np.ndarray, np.ndarray | None]]] = field(default_factory=list)
@@ -90,6 +97,9 @@ class Indexer:
     grids: GridImageStore
     settings: IndexSettings
     encoder: Callable[[], Encoder]
+    encode_in_background: bool = True
+    """Encode on a thread of its own (encoders/stream.py), the model loading while the first documents render;
+    False encodes in the indexing loop, loading the model at the first batch (the way it was: benchmarks compare)."""
 
     def add_pdfs(
         self,
@@ -107,6 +117,7 @@ class Indexer:
         metadata: UserMetadata = None,
         metadata_by_path: Mapping[str, Mapping[str, Any]] | None = None,
         sidecars: bool = True,
+        timeline: Timeline | None = None,
     ) -> IndexReport:
         """Index PDF files and folders (recursively); ``on_file(path, outcome)`` sees each file's outcome.
 
@@ -127,8 +138,11 @@ class Indexer:
         processes (None: one per spare core, 0: render in this process) feed
         the encoder; a document slower than ``render_timeout`` seconds, or
         one that crashes its worker or needs more than ``worker_memory``
-        bytes, fails alone. Each batch is committed in the background while
-        the next one is encoded, in order, so a re-run resumes cleanly.
+        bytes, fails alone. Images are encoded on a thread of their own while the
+        next documents render, and each batch is committed in the background
+        while the next one is encoded, in order, so a re-run resumes cleanly.
+        ``timeline``: a :class:`~docpc_retrievers.timeline.Timeline` that records
+        every stage's spans and the queues' depths (for finding where time goes).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -142,7 +156,6 @@ class Indexer:
             [f for f in files if f.exists()], metadata, by_path=metadata_by_path, sidecars=sidecars
         )
         report = IndexReport()
-        pending: list[_Pending] = []
         seen_ids: dict[str, str] = {}  # document id -> the first path of this run that held it
         rendered_bar = progress_bar(len(files), progress, "rendered", position=0)
         committed_bar = progress_bar(len(files), progress, "committed", position=1)
@@ -153,35 +166,34 @@ class Indexer:
         previews = self.grids.store_grids and self.settings.mode == "grid" and n_workers >= 2
         job = RenderJob(self.settings, password, max_file_bytes, previews=previews)
         renderer = make_renderer(
-            job, workers=n_workers, render_timeout=render_timeout, memory_limit=worker_memory, ahead=2 * batch_size
+            job, workers=n_workers, render_timeout=render_timeout, memory_limit=worker_memory, ahead=2 * batch_size,
+            timeline=timeline,
         )
-        committer = _Committer()
-        # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
-        # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
-        pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
+        run = _Run(self, report, batch_size, committed_bar, timeline)
         with indexing_threads(), bars_drawn(progress):  # BLAS (and torch, on 2 cores) on one thread: blas_threads.py
             try:
-                for path, rendered in renderer.imap(files, self._plan):
-                    outcome = self._take_one(job, path, rendered, seen_ids, report, pending, user.get(path))
+                for path, rendered in run.waited(renderer.imap(files, run.plan)):
+                    outcome = self._take_one(job, path, rendered, seen_ids, report, run.pending, user.get(path))
                     if outcome != "indexed":  # nothing to commit; unchanged or moved: nothing rendered either
                         shrink(committed_bar)
-                    self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=False)
+                    run.encode_ready(final=False)
                     if on_file is not None:
                         on_file(path, outcome)
                     if outcome in ("indexed", "failed"):
                         rendered_bar.update(1)
                     else:
                         shrink(rendered_bar)
-                self._encode_ready(pending, batch_size, report, committer, pooler, committed_bar, final=True)
-                committer.wait()
+                run.encode_ready(final=True)
+                run.committer.wait()
                 self._sources_gone(roots, report, delete=prune)
             finally:
                 renderer.close()
-                committer.close()
-                pooler.shutdown(wait=True)
+                run.close()
                 rendered_bar.close()
                 committed_bar.close()
                 report.timings["total_s"] = time.perf_counter() - started
+                if timeline is not None:
+                    timeline.end()
         logger.info("%s (%d files)", report.summary(), len(files))
         return report
 
@@ -306,47 +318,6 @@ class Indexer:
         report.skipped.append(doc_id)
         return "skipped"
 
-    def _encode_ready(
-        self,
-        pending: list[_Pending],
-        batch_size: int,
-        report: IndexReport,
-        committer: _Committer,
-        pooler: ThreadPoolExecutor,
-        bar: Any,
-        *,
-        final: bool,
-    ) -> None:
-        """Encode waiting images ``batch_size`` at a time (all that are left when ``final``), here; then pool
-        and write the documents whose images are all encoded in the background, in order.
-
-        In grid mode a call encodes ``batch_size`` documents and commits them. In page mode the encoder
-        still gets full batches of pages, not a document's worth (a GPU would run a nearly empty batch
-        for a ninth page), and a commit holds the documents finished by that call, so neither the first
-        encode nor the last commit waits for ``batch_size`` whole documents.
-        """
-        encoder: Encoder | None = None
-        while True:
-            done = 0
-            while done < len(pending) and pending[done].complete:
-                done += 1
-            if done:
-                batch, pending[:done] = pending[:done], []
-                encoder = encoder or self.encoder()
-                committer.submit(lambda b=batch, e=encoder: self._commit(b, [x for p in b for x in p.encoded], e, report, bar))
-            waiting = [(p, i) for p in pending for i in range(len(p.encoded), len(p.doc.images))]
-            if not waiting or (len(waiting) < batch_size and not final):
-                return
-            take = waiting[:batch_size]
-            encoder = self.encoder()
-            t0 = time.perf_counter()
-            encoded = encode_with_tokens(encoder, [p.doc.images[i] for p, i in take])
-            report.add_time("encode_s", time.perf_counter() - t0)
-            report.images_encoded += len(take)
-            for (p, _), item in zip(take, encoded):
-                p.encoded.append(item)
-                p.pooled.append(pooler.submit(pool_vectors, item[0], self.settings.pool_factor))
-
     def _commit(
         self,
         batch: Sequence[_Pending],
@@ -447,32 +418,166 @@ def encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[
     ]
 
 
+class _Run:
+    """One ``add_pdfs`` call's moving parts: the documents waiting for the encoder, the encode stream (started when
+    the first document is planned, so the model loads while workers render), the poolers and the committer.
+
+    The loop (this thread) adds rendered documents and hands their images over ``batch_size`` at a time; the
+    stream's thread attaches the results, starts each image's pooling and commits the documents whose images are
+    all encoded, in file order.
+    """
+
+    def __init__(self, indexer: Indexer, report: IndexReport, batch_size: int, bar: Any,
+                 timeline: Timeline | None) -> None:
+        self.indexer = indexer
+        self.report = report
+        self.batch_size = batch_size
+        self.bar = bar
+        self.timeline = timeline
+        self.pending: list[_Pending] = []
+        self._lock = threading.Lock()  # pending: appended here, completed documents removed by the stream's thread
+        self.stream: EncodeStream | None = None
+        self.committer = _Committer(timeline)
+        # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
+        # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
+        self.pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
+
+    def plan(self, path: Path) -> tuple[Path, str] | None:
+        """The indexer's plan; the first document that needs rendering starts the stream (and the model's load)."""
+        task = self.indexer._plan(path)
+        if task is not None and self.stream is None and self.indexer.encode_in_background:
+            self._start()
+        return task
+
+    def _start(self) -> EncodeStream:
+        if self.stream is None:
+            on_span = None
+            if self.timeline is not None:
+                timeline = self.timeline
+                on_span = lambda stage, a, b: timeline.span(f"encode.{stage}", a, b)  # noqa: E731
+            self.stream = EncodeStream(self.indexer.encoder, background=self.indexer.encode_in_background,
+                                       on_span=on_span)
+        return self.stream
+
+    def waited(self, results: Iterator[tuple[Path, Rendered | None]]) -> Iterator[tuple[Path, Rendered | None]]:
+        """The render results, the loop's waits for them recorded in the timeline."""
+        if self.timeline is None:
+            yield from results
+            return
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(results)
+            except StopIteration:
+                return
+            self.timeline.span("loop.wait_render", started, time.perf_counter())
+            yield item
+
+    def encode_ready(self, *, final: bool) -> None:
+        """Hand waiting images to the stream ``batch_size`` at a time (all that are left when ``final``, then wait
+        for them). Grid mode: a chunk is ``batch_size`` documents, committed together. Page mode: the encoder
+        still gets full chunks of pages, not a document's worth, and a commit holds the documents a chunk finished.
+        """
+        while True:
+            with self._lock:
+                waiting = [(p, i) for p in self.pending for i in range(p.submitted, len(p.doc.images))]
+            if not waiting or (len(waiting) < self.batch_size and not final):
+                break
+            take = waiting[: self.batch_size]
+            for p, _ in take:
+                p.submitted += 1
+            stream = self._start()
+            if self.timeline is not None:
+                self.timeline.depth("encode_queue", stream._queue.qsize())
+            stream.submit([p.doc.images[i] for p, i in take], lambda encoded, t=take: self._encoded(t, encoded))
+        if final:
+            if self.stream is not None:
+                self.stream.drain()
+            self._commit_complete()
+
+    def _encoded(self, take: list[tuple[_Pending, int]], encoded: list[EncodedImage]) -> None:
+        """A chunk's results (on the stream's thread): attach, pool, commit the documents now complete."""
+        self.report.images_encoded += len(take)
+        factor = self.indexer.settings.pool_factor
+        for (p, _), item in zip(take, encoded):
+            p.encoded.append((item.embeddings, TokenGrid.from_visual_mask(item.visual_mask, item.patch_grid)))
+            p.pooled.append(self.pooler.submit(pool_vectors, item.embeddings, factor))
+        self._commit_complete()
+
+    def _commit_complete(self) -> None:
+        with self._lock:
+            done = 0
+            while done < len(self.pending) and self.pending[done].complete:
+                done += 1
+            batch, self.pending[:done] = self.pending[:done], []
+        if batch:
+            assert self.stream is not None
+            encoder = self.stream.encoder
+            indexer, report, bar = self.indexer, self.report, self.bar
+            self.committer.submit(
+                lambda: indexer._commit(batch, [x for p in batch for x in p.encoded], encoder, report, bar)
+            )
+
+    def close(self) -> None:
+        """Stop the stream (a batch in flight finishes), let a commit in flight finish, stop the poolers."""
+        try:
+            if self.stream is not None:
+                self.stream.close()
+                spent = self.stream.busy_s
+                if spent:
+                    self.report.add_time("encode_s", spent)
+        finally:
+            self.committer.close()
+            self.pooler.shutdown(wait=True)
+
+
 class _Committer:
     """Runs commits one at a time on a background thread, in submission order.
 
-    At most one commit is in flight: :meth:`submit` first waits for the
-    previous one (and raises its error), so encoding overlaps exactly one
-    commit and an interrupted run has committed a prefix of its batches.
+    Up to ``backlog`` commits wait their turn before :meth:`submit` blocks, so the
+    encoding thread that hands them over does not wait for each one to finish
+    (a commit holds Python's lock inside Chroma's writes). A commit that fails
+    makes the ones queued behind it skip, so an interrupted or failed run has
+    committed a prefix of its batches; its error is raised by the next
+    :meth:`submit` or :meth:`wait`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timeline: Timeline | None = None, backlog: int = 3) -> None:
         self._executor: ThreadPoolExecutor | None = None
-        self._last: Future[None] | None = None
+        self._queued: deque[Future[None]] = deque()
+        self._backlog = max(1, backlog)
+        self._failed = threading.Event()
+        self._timeline = timeline
 
     def submit(self, commit: Callable[[], None]) -> None:
-        self.wait()
+        while self._queued and (self._queued[0].done() or len(self._queued) >= self._backlog):
+            self._queued.popleft().result()  # its error, if it failed
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docpc-commit")
-        self._last = self._executor.submit(commit)
+        if self._timeline is not None:
+            self._timeline.depth("commit_backlog", len(self._queued))
+        self._queued.append(self._executor.submit(self._run, commit))
+
+    def _run(self, commit: Callable[[], None]) -> None:
+        if self._failed.is_set():  # an earlier commit failed: keep what is committed a prefix
+            return
+        try:
+            if self._timeline is not None:
+                with self._timeline.busy("commit"):
+                    commit()
+            else:
+                commit()
+        except BaseException:
+            self._failed.set()
+            raise
 
     def wait(self) -> None:
-        """Wait for the commit in flight; re-raise its error."""
-        last, self._last = self._last, None
-        if last is not None:
-            last.result()
+        """Wait for every queued commit; re-raise the first error."""
+        while self._queued:
+            self._queued.popleft().result()
 
     def close(self) -> None:
-        """Let a commit in flight finish (what was encoded is kept), then stop the thread."""
+        """Let queued commits finish (what was encoded is kept), then stop the thread."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

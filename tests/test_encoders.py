@@ -175,7 +175,7 @@ def test_batches_are_cast_to_the_model_dtype_where_they_are_made(tiny_checkpoint
     def process(batch: list[int]) -> dict:
         return {"pixel_values": torch.full((len(batch), 3), 0.1), "input_ids": torch.tensor(batch), "note": "x"}
 
-    seen = list(feed([[1, 2], [3]], process, device="cpu", dtype=torch.bfloat16, ahead=True))
+    seen = list(feed(iter([[1, 2], [3]]), process, device="cpu", dtype=torch.bfloat16, ahead=True))
     assert [inputs["input_ids"].tolist() for _, inputs in seen] == [[1, 2], [3]]
     assert all(inputs["pixel_values"].dtype == torch.bfloat16 for _, inputs in seen)
     assert seen[0][1]["input_ids"].dtype == torch.int64 and seen[0][1]["note"] == "x"

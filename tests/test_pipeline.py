@@ -34,6 +34,7 @@ from docpc_retrievers.config import IndexSettings
 from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.documents.workers import RenderJob, RenderPool, default_workers, make_renderer
 from docpc_retrievers.encoders import ColPaliEncoder
+from docpc_retrievers.encoders.stream import EncodeStream
 from docpc_retrievers.index import DocPCIndex
 
 pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow]
@@ -87,13 +88,22 @@ def test_page_mode_feeds_the_encoder_full_batches_of_pages_and_commits_whole_doc
     stored = {}
     for batch_size in (3, 100):
         calls: list[int] = []
-        real = ColPaliEncoder.encode_images_with_info
+        groups: list[int] = []
+        real_submit, real_groups = EncodeStream.submit, ColPaliEncoder.encode_image_groups
 
-        def recording(self, images, *, batch_size=None, _real=real, _calls=calls):  # type: ignore[no-untyped-def]
+        def submitting(self, images, done, _real=real_submit, _calls=calls):  # type: ignore[no-untyped-def]
             _calls.append(len(images))
-            return _real(self, images, batch_size=batch_size)
+            return _real(self, images, done)
 
-        monkeypatch.setattr(ColPaliEncoder, "encode_images_with_info", recording)
+        def grouping(self, stream, *, on_span=None, _real=real_groups, _groups=groups):  # type: ignore[no-untyped-def]
+            def counted():  # type: ignore[no-untyped-def]
+                for group in stream:
+                    _groups.append(len(group))
+                    yield group
+            return _real(self, counted(), on_span=on_span)
+
+        monkeypatch.setattr(EncodeStream, "submit", submitting)
+        monkeypatch.setattr(ColPaliEncoder, "encode_image_groups", grouping)
         clear_chroma_cache()
         with DocPCIndex(tmp_path / f"b{batch_size}", encoder=tiny_encoder, settings=settings, writable=True) as index:
             order: list[str] = []
@@ -102,6 +112,8 @@ def test_page_mode_feeds_the_encoder_full_batches_of_pages_and_commits_whole_doc
             assert report.images_encoded == 7
             stored[batch_size] = {d: (index.store.get([d])[0].parts, index.store.vectors(d)) for d in report.indexed}
         assert calls == ([3, 3, 1] if batch_size == 3 else [7])  # full batches of pages across documents
+        # Chunks under the encoder's batch (4) are gathered until they fill one; the rest goes when the run ends.
+        assert groups == ([6, 1] if batch_size == 3 else [7])
         monkeypatch.undo()
     for doc_id, (parts, vectors) in stored[100].items():
         split_parts, split_vectors = stored[3][doc_id]
@@ -306,7 +318,8 @@ def test_renderer_choices_and_bad_arguments() -> None:
     job = RenderJob(IndexSettings(), None, None)
     assert type(make_renderer(job, workers=0)).__name__ == "InlineRenderer"
     assert isinstance(make_renderer(job, workers=2), RenderPool)
-    assert 1 <= default_workers() <= 8
+    assert 1 <= default_workers() <= 16
+    assert [default_workers(n) for n in (1, 2, 4, 8, 9, 16, 64)] == [1, 1, 3, 7, 7, 14, 16]
     with pytest.raises(ValueError, match="workers"):
         make_renderer(job, workers=-1)
     with pytest.raises(ValueError, match="render_timeout"):

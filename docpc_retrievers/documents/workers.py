@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from docpc_retrievers.documents.rendering import (
     DEFAULT_WORKER_MEMORY,
@@ -65,12 +65,27 @@ WORKER_START_LIMIT = 60.0
 """Seconds a fresh render worker may take to start (interpreter and imports) before its document fails: start-up
 is not counted in a document's render time (on a loaded 2-core machine it took over 1.5 s)."""
 
+if TYPE_CHECKING:
+    from docpc_retrievers.timeline import Timeline
+
 T = TypeVar("T")
 
 
-def default_workers() -> int:
-    """Render workers when none are asked for: one per core beyond the one that encodes, at most 8."""
-    return max(1, min(8, (os.cpu_count() or 2) - 1))
+#: The most render workers a run starts when none are asked for.
+MAX_DEFAULT_WORKERS = 16
+
+
+def default_workers(cores: int | None = None) -> int:
+    """Render workers when none are asked for: one per core beyond the one that encodes, and beyond 8 cores one per
+    core beyond two (the indexing process's encoding, commit and feeding threads), at most 16.
+
+    Rendering, not the encoder, was the slower side of a GPU machine's run: on 16 cores and an H200, 1,200 varied
+    PDFs rendered at 27.7 documents/s with 8 workers and 45.4 with 14, against 40.2 encoded
+    (benchmarks/results/2026-11-28-gpu-h200-indexing-pipeline.md). Workers past what the encoder takes wait idle
+    (the render window bounds how far they run ahead), so a CPU-only machine loses nothing by having them.
+    """
+    n = cores if cores is not None else (os.cpu_count() or 2)
+    return max(1, min(MAX_DEFAULT_WORKERS, n - 1 if n <= 8 else n - 2))
 
 
 class InlineRenderer:
@@ -210,6 +225,7 @@ class RenderPool:
         render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
         memory_limit: int | None = DEFAULT_WORKER_MEMORY,
         ahead: int | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a RenderPool needs at least one worker (use InlineRenderer for none)")
@@ -230,6 +246,7 @@ class RenderPool:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.replaced = 0
+        self._timeline = timeline
         _remove_orphaned_pixel_files()
 
     # ------------------------------------------------------- the feeder thread
@@ -294,6 +311,9 @@ class RenderPool:
             worker.started = time.monotonic()  # a document given before start-up is timed from now
             return True
         light, pixels = message
+        if self._timeline is not None:
+            now = time.perf_counter()
+            self._timeline.span(f"render:{worker.process.pid}", now - light.seconds - light.preview_seconds, now)
         try:
             result = attach_pixels(light, pixels)
         except OSError as exc:
@@ -385,6 +405,8 @@ class RenderPool:
                 if self._error is not None and not head.done:
                     raise RuntimeError(f"the render pool failed: {self._error}") from self._error
             window.popleft()
+            if self._timeline is not None:
+                self._timeline.depth("rendered_waiting", sum(1 for e in window if e.done))
             yield head.item, head.result
 
     def close(self) -> None:
@@ -449,11 +471,13 @@ def make_renderer(
     render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
     memory_limit: int | None = DEFAULT_WORKER_MEMORY,
     ahead: int | None = None,
+    timeline: Timeline | None = None,
 ) -> InlineRenderer | RenderPool:
     """A :class:`RenderPool` of ``workers`` processes (None: :func:`default_workers`), or inline for 0.
 
     ``ahead``: documents planned and rendered before their turn (at least 4 per worker); indexing asks
-    for two batches, so a whole batch is ready when the encoder finishes the previous one.
+    for two batches, so a whole batch is ready when the encoder finishes the previous one. ``timeline``: records
+    each worker's render spans and how many rendered documents wait to be taken.
     """
     n = default_workers() if workers is None else workers
     if n < 0:
@@ -461,4 +485,4 @@ def make_renderer(
     if n == 0:
         return InlineRenderer(job)
     return RenderPool(job, n, render_timeout=render_timeout, memory_limit=memory_limit,
-                      ahead=max(4 * n, ahead or 0))
+                      ahead=max(4 * n, ahead or 0), timeline=timeline)

@@ -10,8 +10,10 @@ model's stream waits only for that stream's event, not for the whole device.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -22,40 +24,66 @@ __all__ = ["feed", "prepared"]
 _T = TypeVar("_T")
 
 
-def prepared(batches: list[list[_T]], process: Callable[[list[_T]], Any], ahead: bool) -> Iterator[Any]:
+def prepared(batches: Iterable[list[_T]], process: Callable[[list[_T]], Any], ahead: bool) -> Iterator[Any]:
     """``process(batch)`` for each batch in order; with ``ahead``, the next one is prepared on a helper thread while
-    the caller uses the current one. Stopping early prepares at most one batch more."""
-    if not ahead or len(batches) < 2:
+    the caller uses the current one. Stopping early prepares at most one batch more.
+
+    ``batches`` may be a stream that blocks (the indexer's queue of rendered images): the helper, not the caller,
+    waits for the next batch, so the caller's batch runs on the device while it arrives.
+    """
+    if not ahead:
         yield from map(process, batches)
         return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="docpc-prepare") as helper:
-        pending = helper.submit(process, batches[0])
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue()
+    slot = threading.Semaphore(1)  # one batch prepared beyond the one the caller holds
+    stop = threading.Event()
+
+    def work() -> None:
         try:
-            for following in [*batches[1:], None]:
-                ready = pending.result()
-                if following is not None:
-                    pending = helper.submit(process, following)
-                yield ready
-        finally:
-            pending.cancel()
+            for batch in batches:
+                slot.acquire()
+                if stop.is_set():
+                    return
+                ready.put(("batch", process(batch)))
+            ready.put(("end", None))
+        except BaseException as exc:  # handed to the caller in order
+            ready.put(("error", exc))
+
+    helper = threading.Thread(target=work, name="docpc-prepare", daemon=True)
+    helper.start()
+    try:
+        while True:
+            kind, value = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            slot.release()
+            yield value
+    finally:
+        stop.set()
+        slot.release()  # a helper waiting for a slot sees the stop
 
 
 def feed(
-    batches: list[list[_T]],
+    batches: Iterable[list[_T]],
     process: Callable[[list[_T]], Any],
     *,
     device: str,
     dtype: torch.dtype,
     ahead: bool,
+    on_span: Callable[[str, float, float], None] | None = None,
 ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """For each batch in order: what ``process`` returned (its CPU tensors for splitting the output), and the
-    model's inputs on ``device`` (floating tensors in ``dtype``)."""
+    model's inputs on ``device`` (floating tensors in ``dtype``). ``on_span("prepare", start, end)`` is told each
+    batch's preparation time (``time.perf_counter`` seconds), for an indexing run's timeline."""
     import torch
 
     cuda = device.startswith("cuda")
     side = torch.cuda.Stream(device=device) if cuda else None
 
     def prepare(batch: list[_T]) -> tuple[Any, Any]:
+        started = time.perf_counter()
         with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
             made = process(batch)
             for key, value in made.items():
@@ -70,6 +98,8 @@ def feed(
             if side is not None:
                 ready = torch.cuda.Event()
                 ready.record(side)
+        if on_span is not None:
+            on_span("prepare", started, time.perf_counter())
         return made, ready
 
     for made, ready in prepared(batches, prepare, ahead):

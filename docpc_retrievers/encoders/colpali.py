@@ -13,7 +13,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -336,11 +337,8 @@ class ColPaliEncoder:
         self, images: Sequence[Image.Image], *, batch_size: int | None = None
     ) -> list[EncodedImage]:
         """Like :meth:`encode_images`, plus which rows are visual tokens and the (rows, cols) token grid."""
-        for i, image in enumerate(images):
-            if not isinstance(image, Image.Image):
-                raise TypeError(f"images[{i}] is {type(image).__name__}, expected a PIL.Image.Image")
         # Batch similar sizes together (less pixel padding), then restore input order.
-        order = sorted(range(len(images)), key=lambda i: images[i].size[0] * images[i].size[1])
+        order = self._check_and_order(images)
         encoded = self._run_batches(
             [images[i] for i in order], self._processor.process_images, self._split_images, batch_size, images=True
         )
@@ -375,6 +373,50 @@ class ColPaliEncoder:
             words = [i not in special for i in ids]
         return [(tokenizer.decode([i]), w) for i, w in zip(ids, words)]
 
+    def encode_image_groups(
+        self,
+        groups: Iterable[Sequence[Image.Image]],
+        *,
+        on_span: Callable[[str, float, float], None] | None = None,
+    ) -> Iterator[list[EncodedImage]]:
+        """Encode a stream of image groups, yielding each group's :meth:`encode_images_with_info` in turn.
+
+        Each group is batched exactly as :meth:`encode_images_with_info` batches it (so its vectors are the same,
+        bit for bit), but the next batch is prepared while this one runs even across groups, and ``groups`` may
+        block until the caller has more: the indexer's encoding thread feeds it rendered documents as they come,
+        and the device goes from one group to the next without waiting for the caller. ``on_span(stage, start,
+        end)`` hears each batch's ``prepare`` and ``forward`` (forward pass and copy back) times.
+        """
+        size = self.batch_size
+        tags: deque[tuple[int, list[int], bool]] = deque()  # per batch: group size, positions, last of its group
+
+        def batches() -> Iterator[list[Image.Image]]:
+            for group in groups:
+                images = list(group)
+                order = self._check_and_order(images)
+                for start in range(0, len(images), size):
+                    positions = order[start : start + size]
+                    tags.append((len(images), positions, start + size >= len(images)))
+                    yield [images[i] for i in positions]
+
+        results: list[EncodedImage | None] = []
+        for encoded in self._batch_stream(batches(), self._processor.process_images, self._split_images, True, on_span):
+            count, positions, last = tags.popleft()
+            if not results:
+                results = [None] * count
+            for position, item in zip(positions, encoded):
+                results[position] = item
+            if last:
+                yield [item for item in results if item is not None]
+                results = []
+
+    def _check_and_order(self, images: Sequence[Image.Image]) -> list[int]:
+        """Refuse what is not an image; the positions sorted by pixel area (batching similar sizes pads less)."""
+        for i, image in enumerate(images):
+            if not isinstance(image, Image.Image):
+                raise TypeError(f"images[{i}] is {type(image).__name__}, expected a PIL.Image.Image")
+        return sorted(range(len(images)), key=lambda i: images[i].size[0] * images[i].size[1])
+
     def _run_batches(
         self,
         items: list[_T],
@@ -385,18 +427,32 @@ class ColPaliEncoder:
         images: bool = False,
     ) -> list[_R]:
         """Process, forward and split ``items`` in batches under ``torch.inference_mode``."""
-        torch = self._torch
         size = self.batch_size if batch_size is None else batch_size
         if size < 1:
             raise ValueError(f"batch_size must be >= 1, got {size}")
-        out: list[_R] = []
         batches = [items[s : s + size] for s in range(0, len(items), size)]
-        for batch, inputs in feed(batches, process, device=self.device, dtype=self.dtype, ahead=self.prefetch):
+        return [item for part in self._batch_stream(batches, process, split, images, None) for item in part]
+
+    def _batch_stream(
+        self,
+        batches: Iterable[list[_T]],
+        process: Callable[[list[_T]], Any],
+        split: Callable[[Any, np.ndarray], list[_R]],
+        images: bool,
+        on_span: Callable[[str, float, float], None] | None,
+    ) -> Iterator[list[_R]]:
+        """Each batch processed (the next one ahead, encoders/batches.py), forwarded and split, in order."""
+        torch = self._torch
+        for batch, inputs in feed(batches, process, device=self.device, dtype=self.dtype, ahead=self.prefetch,
+                                  on_span=on_span):
+            started = time.perf_counter()
+            count = _batch_count(inputs)
             with self._forward_lock, torch.inference_mode():
-                embeddings = self._forward(inputs, len(batch) if images else 0)
+                embeddings = self._forward(inputs, count if images else 0)
             array = embeddings.to(dtype=torch.float32, device="cpu").numpy()
-            out.extend(split(batch, array))
-        return out
+            if on_span is not None:
+                on_span("forward", started, time.perf_counter())
+            yield split(batch, array)
 
     def _forward(self, inputs: dict[str, Any], images: int) -> Any:
         """One forward pass; image batches through the compiled blocks once a run is long enough (compiled.py)."""
@@ -443,6 +499,12 @@ class ColPaliEncoder:
             _finite_or_raise(np.ascontiguousarray(array[i][self._keep_rows(batch, i)]), self.model_id)
             for i in range(array.shape[0])
         ]
+
+
+def _batch_count(inputs: dict[str, Any]) -> int:
+    """How many items a batch of model inputs holds (the rows of its token ids)."""
+    ids = inputs.get("input_ids")
+    return int(ids.shape[0]) if ids is not None else 0
 
 
 def _finite_or_raise(embeddings: np.ndarray, model_id: str) -> np.ndarray:

@@ -7,13 +7,12 @@ deployment over HTTP) can search; local files are only a cache (cache.py).
 Chroma layout for a store named ``C``:
 
 * ``C``: one record per document. Embedding: the mean of its vectors (unit
-  length; plain Chroma tools can query it). Document: the text of its
-  selected pages. Metadata: the public keys (filterable) plus internal ``_``
+  length; plain Chroma tools can query it). Document: the start of its text
+  (:data:`SNIPPET_BYTES`; the whole text when that short). Metadata: the public keys (filterable) plus internal ``_``
   keys: vector count, page parts, first-stage summary (``_summary``, base64
   int8 centroids), write sequence, payload record counts.
 * ``C.blobs``: payload records keyed ``<doc id>.<kind><i>`` (``v`` compact
-  vectors, ``g`` grid preview, ``t`` text beyond what one document field may
-  hold), as text split over metadata values of at most 4,000 characters
+  vectors, ``g`` grid preview, ``t`` the text, when longer than the snippet), as text split over metadata values of at most 4,000 characters
   (payload in the document field would be full-text indexed: 7x the bytes):
   base64 in format 2, zlib and base85 in format 3 (codec.py).
 * ``C.log``: the change feed, one record per commit (per 400 ids): key
@@ -39,11 +38,11 @@ import numpy as np
 
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.chroma_client import unreachable
-from docpc_retrievers.store.chroma_reads import READ_PAGE, TEXT_BYTES, WRITE_BATCH, read, read_ids, read_pages
+from docpc_retrievers.store.chroma_reads import READ_PAGE, WRITE_BATCH, read, read_ids, read_pages
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 from docpc_retrievers.store.feed import Change, ChangeFeed
 
-__all__ = ["READABLE_FORMATS", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
+__all__ = ["READABLE_FORMATS", "SNIPPET_BYTES", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +182,7 @@ class ChromaEngine:
         blob_ids, blob_metas = [], []
         old = self.records([d.id for d in docs], include_summary=False)
         for d in docs:
-            for kind, data in (("v", d.vectors), ("g", d.grid), ("t", self._overflow(d.text))):
+            for kind, data in (("v", d.vectors), ("g", d.grid), ("t", _long_text(d.text))):
                 n = 0
                 if data is not None:
                     chunks = chunk_payload(data, self.packing)
@@ -197,7 +196,7 @@ class ChromaEngine:
         stale = self._stale_blobs(docs, old)
         ids = [d.id for d in docs]
         metas = [_replacing(d.metadata, old.get(d.id)) for d in docs]
-        texts = [_clip_text(d.text) for d in docs]
+        texts = [_snippet(d.text) for d in docs]
         emb = np.stack([np.asarray(d.embedding, dtype=np.float32) for d in docs])
         for s in range(0, len(ids), WRITE_BATCH):
             e = s + WRITE_BATCH
@@ -229,10 +228,6 @@ class ChromaEngine:
             self._delete_ids(self.blobs, got["ids"])
         self.last_keys = self.feed.append(seq, "delete", ids)
         return seq
-
-    def _overflow(self, text: str) -> bytes | None:
-        data = text.encode("utf-8")
-        return data if len(data) > TEXT_BYTES else None
 
     def _stale_blobs(self, docs: Sequence[DocumentRecord], old: Mapping[str, Mapping[str, Any]]) -> list[str]:
         """Payload records of a replaced document that its new version no longer uses."""
@@ -345,7 +340,7 @@ class ChromaEngine:
 
     @_translated
     def texts(self, ids: Sequence[str]) -> dict[str, str]:
-        """Full text of documents (the record's text, or the overflow payload when it was longer)."""
+        """Full text of documents (the record's snippet when that is all of it, else the text payload)."""
         return {doc_id: text for doc_id, (_, text) in self.texts_and_records(ids).items()}
 
     @_translated
@@ -438,8 +433,22 @@ def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[st
     return out
 
 
-def _clip_text(text: str) -> str:
+SNIPPET_BYTES = 512
+"""Bytes of a document's text kept in its record's document field; longer texts are kept whole as payload.
+
+Chroma full-text indexes the document field inside the write, holding Python's lock all the while (about 1.1 ms a
+kilobyte): 16 KB of text made each commit cost 18 ms a document and starved the encoding thread of a GPU
+indexing run. The store never searches that index, so the field keeps a snippet for plain Chroma tools."""
+
+
+def _long_text(text: str) -> bytes | None:
+    """The text as payload bytes, when it is longer than the snippet the record holds."""
     data = text.encode("utf-8")
-    if len(data) <= TEXT_BYTES:
+    return data if len(data) > SNIPPET_BYTES else None
+
+
+def _snippet(text: str) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= SNIPPET_BYTES:
         return text
-    return data[:TEXT_BYTES].decode("utf-8", errors="ignore")
+    return data[:SNIPPET_BYTES].decode("utf-8", errors="ignore")
