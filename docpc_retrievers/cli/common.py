@@ -140,7 +140,8 @@ def add_store_options(p: argparse.ArgumentParser, *, model: bool = True, store_r
     if model:
         p.add_argument("--model", help="checkpoint id or local path (default: the store's model)")
         p.add_argument("--device", help="cuda, mps or cpu (default: best available)")
-        p.add_argument("--batch-size", type=positive_int, default=4, help="images per encoder batch")
+        p.add_argument("--batch-size", type=positive_int, default=None,
+                       help="images per encoder batch (default 4 on a CPU, 8 on a GPU)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
 
