@@ -2,6 +2,9 @@
 
     python3 benchmarks/indexing_pipeline_bench.py --out OUT --documents 1200 --page-documents 60
 
+On a GPU machine without chromadb, PyMuPDF or colpali-engine, carry the wheels ``benchmarks/gpu_wheels.sh``
+downloads and install them first (the script says how). One run of the default steps took about 450 s on an H200.
+
 Writes a folder of varied PDFs (benchmarks/varied_pdfs.py: 1-200 pages, text, drawings, photos, scans), builds
 ColQwen2's real architecture at random weights (speed is real, scores meaningless; bf16, 768 visual tokens) and
 measures, side by side:
