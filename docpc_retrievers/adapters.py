@@ -31,7 +31,7 @@ from docpc_retrievers.queries import check_query
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
 from docpc_retrievers.retriever_options import LEGACY_NAMES, RetrieverOptions
 from docpc_retrievers.hits import DROPPED_METADATA_KEYS, IMAGE_MIME_TYPE, above_thresholds, clean_metadata, result_metadata, retrieve
-from docpc_retrievers.store.layout import StoreLayout
+from docpc_retrievers.store.layout import RETRIEVER_OPTIONS_FILE, StoreLayout
 
 __all__ = [
     "DEFAULT_PAGE_DPI",
@@ -42,6 +42,7 @@ __all__ = [
     "IMAGE_MIME_TYPE",
     "ImageFormat",
     "PathLike",
+    "RETRIEVER_OPTIONS_FILE",
     "RETURN_IMAGES",
     "RetrieverOptions",
     "ReturnImages",

@@ -40,9 +40,7 @@ def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> lis
     search = replace(options.search_options(), texts=True, grids=options.return_images == "grid")
     results = above_thresholds(index.search_with([text_query], search)[0], options)
     logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
-    unread = [r.id for r in results if r.text is None]
-    texts = index.store.texts(unread) if unread else {}
-    return [_hit(index, r, r.text if r.text is not None else texts.get(r.id, ""), options) for r in results]
+    return [_hit(index, r, r.text or "", options) for r in results]
 
 
 def above_thresholds(results: list[SearchResult], options: RetrieverOptions) -> list[SearchResult]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, field, make_dataclass, replace
+from dataclasses import asdict, field, make_dataclass
 from typing import Any
 
 from docpc_retrievers.config import SearchOptions, folders
@@ -56,10 +56,6 @@ class _OptionsBehaviour:
         """These options as the core's :class:`SearchOptions` (the options a search uses, by name)."""
         used = {o.name: getattr(self, o.name) for o in OPTIONS if o.search}
         return SearchOptions.build(used.pop("top_k"), password=self.password, **used)
-
-    def override(self, **changes: Any) -> RetrieverOptions:
-        """A copy with the given options changed; None values leave an option as it is."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[type-var]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form saved with a store (without the password)."""

@@ -129,11 +129,8 @@ class Searcher:
             return None
         grid = TokenGrid.from_dict(json.loads(str(raw_grid)))
         layout = GridLayout.from_dict(json.loads(str(raw_layout)))
-        if hit.vectors is None:  # a hit from a search that did not read them
-            vectors, anchors = self.store.vectors_with_anchors(hit.id)
-        else:
-            vectors, anchors = hit.vectors, hit.anchors
-        return score_shares(query, vectors, grid, token_pages(layout, grid.rows, grid.cols), anchors, words)
+        assert hit.vectors is not None  # the search reads every hit's vectors with it
+        return score_shares(query, hit.vectors, grid, token_pages(layout, grid.rows, grid.cols), hit.anchors, words)
 
     @property
     def page_cache(self) -> PageEmbeddingCache:

@@ -29,13 +29,29 @@ def test_the_langchain_retriever_has_one_field_per_option_with_its_description_a
     assert framework_names("langchain")["k"] == "top_k" and search_aliases() == {"top_k": "k", "filters": "filter"}
 
 
-def test_the_llamaindex_retriever_takes_every_option_under_its_name() -> None:
+def test_the_llamaindex_retriever_takes_every_option_under_its_name(tiny_encoder) -> None:  # type: ignore[no-untyped-def]
+    """Each schema option is an attribute of a built retriever with the schema's default, and a value given under
+    its LlamaIndex name reaches the search options under the core's name."""
     import inspect
 
-    from llama_index.retrievers.docpc import base
+    from llama_index.retrievers.docpc import DocPCRetriever
 
-    assert set(base._OPTION_ATTRS) | {"filters"} == set(framework_names("llamaindex"))
-    assert "similarity_top_k" in inspect.signature(base.DocPCRetriever.__init__).parameters
+    from docpc_retrievers import DocPCIndex
+
+    names = framework_names("llamaindex")
+    with DocPCIndex(None, encoder=tiny_encoder) as index:
+        retriever = DocPCRetriever(index)
+        for name, core in names.items():
+            if name in ("filters", "similarity_top_k"):
+                continue
+            option = next(o for o in OPTIONS if o.name == core)
+            assert getattr(retriever, name) == option.default, name
+        changed = DocPCRetriever(index, similarity_top_k=3, rerank_top_n=7, candidates=99)
+        options = changed.options()
+        assert (options.top_k, options.rerank_top_n, options.candidates) == (3, 7, 99)
+        with pytest.raises(TypeError, match="rerank_topn"):
+            DocPCRetriever(index, rerank_topn=7)
+    assert "similarity_top_k" in inspect.signature(DocPCRetriever.__init__).parameters
 
 
 @pytest.mark.parametrize(("option", "bad", "says"), [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import docpc_retrievers
@@ -13,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_package_the_command_and_pyproject_agree_on_a_version_newer_than_the_last_release(capsys) -> None:  # type: ignore[no-untyped-def]
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    # The [project] table's version line (tomllib is not in Python 3.10, which the package supports).
+    project = (ROOT / "pyproject.toml").read_text().split("[project]", 1)[1].split("\n[", 1)[0]
+    (declared,) = re.findall(r'^version = "([^"]+)"$', project, flags=re.M)
     assert docpc_retrievers.__version__ == declared
     try:
         cli.main(["--version"])

@@ -25,7 +25,7 @@ import numpy as np
 from docpc_retrievers.machine.choices import Choice, remembered, time_runs, timed_choice
 
 __all__ = ["KERNEL_ENV", "KERNELS", "int8_kernel", "int8_kernel_choice", "available_kernels", "int8_products_exact", "onednn_exact_peak",
-           "onednn_int8_available", "query_peak", "time_int8_kernels"]
+           "query_peak", "time_int8_kernels"]
 
 logger = logging.getLogger(__name__)
 
@@ -154,12 +154,6 @@ def onednn_exact_peak() -> int:
     random and worst-case rows here, 0 where it has no such layer or is exact on neither (checked once per
     machine)."""
     return int(remembered("onednn exact peak", _onednn_peak_now))
-
-
-def onednn_int8_available() -> bool:
-    """Whether this torch build has oneDNN's int8 linear layer and it is exact for queries within
-    :func:`query_peak` here."""
-    return onednn_exact_peak() > 0
 
 
 def query_peak() -> int:

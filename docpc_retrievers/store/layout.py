@@ -27,13 +27,15 @@ from typing import Any
 
 from docpc_retrievers.errors import DocumentNotFoundError, StoreError
 
-__all__ = ["StoreLayout", "check_doc_id", "write_json_atomic"]
+__all__ = ["RETRIEVER_OPTIONS_FILE", "StoreLayout", "check_doc_id", "write_json_atomic"]
 
 #: Document ids are content hashes: 32 lowercase hex characters.
 _DOC_ID = re.compile(r"^[0-9a-f]{32}$")
 
 #: What a store folder may hold before its manifest exists (a run stopped before its first commit).
-_STORE_ENTRIES = frozenset({"store.json", "write.lock", "chroma", "cache", "page_cache", "docpc_retriever.json",
+RETRIEVER_OPTIONS_FILE = "docpc_retriever.json"
+"""The file, inside a store's folder, that keeps the options of the framework retriever that wrote the store."""
+_STORE_ENTRIES = frozenset({"store.json", "write.lock", "chroma", "cache", "page_cache", RETRIEVER_OPTIONS_FILE,
                             "vectors", "grids"})
 
 #: Left out when a store is copied: the lock, temporary files and caches that rebuild themselves.
@@ -119,7 +121,7 @@ class StoreLayout:
 
     @property
     def retriever_options(self) -> Path:
-        return self.root / "docpc_retriever.json"
+        return self.root / RETRIEVER_OPTIONS_FILE
 
     def exists(self) -> bool:
         """Whether a store has been created here."""

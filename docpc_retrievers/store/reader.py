@@ -99,7 +99,7 @@ class StoreReader:
             self.forget_local(self.view.open())
 
     def new_view(self, dim: int) -> StoreView:
-        return StoreView(self.engine, self.cache, self.path, dim=dim, config=self.config, lock=self._mutex,
+        return StoreView(self.engine, self.cache, self.path, dim=dim, config=self.config,
                          on_change=self.forget_local)
 
     @synchronized

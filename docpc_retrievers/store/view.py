@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -49,13 +48,11 @@ class StoreView:
     """Vector counts (``n``), parts and the search backend of the documents this process knows."""
 
     def __init__(self, engine: ChromaEngine, cache: VectorCache, path: Path, *, dim: int,
-                 config: SearchConfig, lock: Any = None,
+                 config: SearchConfig,
                  on_change: Callable[[list[str]], None] | None = None) -> None:
         self.engine, self.cache, self.path, self.dim, self.config = engine, cache, path, dim, config
         self.on_change = on_change
         """Told the ids a search's own look at the feed changed (the store drops what it remembers of them)."""
-        self.lock = lock if lock is not None else threading.RLock()
-        """The store's lock: every call into the view holds it."""
         self.n: dict[str, int] = {}
         self.parts: dict[str, tuple[int, ...]] = {}
         self.reader = VectorReader(engine, cache, path, dim, self.n, self.parts)

@@ -46,14 +46,8 @@ logger = logging.getLogger(__name__)
 _CACHE_FORMAT = 1
 
 
-class _QueryLike(Protocol):
-    query_id: str
-    text: str
-    relevance: Mapping[str, int]
-
-
 class LabelledCorpusLike(Protocol):
-    """What the training code reads from a labelled corpus (``labels.LabelledCorpus`` has it)."""
+    """What the training code reads from a labelled corpus (:class:`~docpc_retrievers.eval.corpus.LabelledCorpus` has it)."""
 
     documents: Mapping[str, Path]
     queries: Sequence[Any]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, PathLike, ReturnImages, build_index
+from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, RETRIEVER_OPTIONS_FILE, PathLike, ReturnImages, build_index
 from docpc_retrievers.adapters import check_known, open_index, save_options, saved_options
 from docpc_retrievers.hits import retrieve
 from docpc_retrievers.retriever_options import RetrieverOptions
@@ -34,7 +34,7 @@ from .nodes import hit_to_nodes
 __all__ = ["CONFIG_FILE", "DEFAULT_PAGE_DPI", "DEFAULT_TOP_K", "DocPCRetriever", "ReturnImages"]
 
 #: Where the retriever's options are kept, inside the store directory.
-CONFIG_FILE = "docpc_retriever.json"
+CONFIG_FILE = RETRIEVER_OPTIONS_FILE
 
 _RENAMED = {name: core for name, core in framework_names("llamaindex").items() if name != core}
 #: Options set as attributes (``filters`` is taken apart: LlamaIndex's MetadataFilters or a where dict).
