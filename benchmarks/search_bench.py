@@ -187,15 +187,16 @@ def pooled(vectors: list[np.ndarray], cache: Path | None) -> list[np.ndarray]:
 
 
 def real_sets(args: argparse.Namespace) -> tuple[list[str], list[np.ndarray], np.ndarray, dict[str, tuple[list, Any]]]:
-    corpus = real_vectors.build(min(args.docs, 10_000), args.cache)
+    corpus = real_vectors.build(min(args.docs, 10_000), args.cache, corpus=args.text)
     key = f"{corpus.manifest['units_key']}-{corpus.manifest['documents']}"
     if args.pool_factor == 2:
         corpus.vectors = pooled(corpus.vectors, args.cache / f"pooled-{key}.npz")
     else:
         corpus.vectors = [v.astype(np.float32) for v in corpus.vectors]
     if args.docs > corpus.manifest["documents"]:  # windows over the stream: pooled, half as many vectors each
-        corpus = real_vectors.windows(corpus, args.docs, lengths=(real_vectors.MIN_TOKENS // args.pool_factor,
-                                                                   real_vectors.MAX_TOKENS // args.pool_factor))
+        shortest, longest = corpus.manifest.get("tokens", (real_vectors.MIN_TOKENS, real_vectors.MAX_TOKENS))
+        corpus = real_vectors.windows(corpus, args.docs, lengths=(shortest // args.pool_factor,
+                                                                   longest // args.pool_factor))
     vectors = corpus.vectors
     ids = [f"{i:032x}" for i in range(len(vectors))]
     sets: dict[str, tuple[list, Any]] = {}
@@ -264,6 +265,9 @@ def systems(rows: StoredRows, ids: list[str], vectors: list[np.ndarray], names: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", choices=("real", "synthetic"), default="real")
+    ap.add_argument("--text", choices=sorted(real_vectors.CORPORA), default="man",
+                    help="which real text (benchmarks/real_vectors.py): man pages, or the Rust books with outline "
+                         "headings as short queries")
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--systems", nargs="+", default=["search", "scan"])
@@ -285,7 +289,7 @@ def main() -> None:
     rows = vectors.rows if isinstance(vectors, Dequantised) else StoredRows(ids, vectors)
     log.info("%d documents, %d stored rows; exhaustive truth", len(ids), rows.codes.shape[0])
     truth = cached_truth(args, sets, rows)
-    result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "docs": len(ids),
+    result: dict[str, Any] = {"cpu": cpu_name(), "corpus": args.corpus, "text": args.text, "docs": len(ids),
                               "rows": int(rows.codes.shape[0]), "systems": {}}
     if args.kernels:
         result["kernels"] = kernel_runs(systems(rows, ids, vectors, ["search"])["search"], sets, ids, truth, args)
