@@ -173,11 +173,11 @@ def test_a_long_text_is_kept_whole_while_the_record_holds_a_snippet(tmp_path: Pa
 def test_a_failed_commit_skips_the_ones_queued_behind_it_and_is_raised() -> None:
     import threading
 
-    from docpc_retrievers.indexing import _Committer
+    from docpc_retrievers.commit_queue import CommitQueue
 
     done: list[int] = []
     gate = threading.Event()
-    committer = _Committer(backlog=3)
+    committer = CommitQueue(backlog=3)
 
     def commit(k: int) -> None:
         gate.wait(5)
