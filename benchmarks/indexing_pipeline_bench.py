@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_name  # noqa: E402
 
 log = logging.getLogger("indexing_pipeline")
 
@@ -76,16 +77,6 @@ class Run:
 
     def save(self) -> None:
         (self.out / "indexing_pipeline.json").write_text(json.dumps(self.results, indent=1, default=str))
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -91,12 +91,7 @@ class EncodeStream:
         self._raise_if_failed()
         with self._cond:
             self._submitted += 1
-        while True:  # blocks while ``depth`` chunks wait, unless the thread failed meanwhile
-            try:
-                self._queue.put(chunk, timeout=0.1)
-                return
-            except queue.Full:
-                self._raise_if_failed()
+        self._put(chunk)  # blocks while ``depth`` chunks wait, unless the thread failed meanwhile
 
     def drain(self) -> None:
         """Encode what is waiting, even less than a batch, and wait until every ``done`` has run; raise the
