@@ -58,7 +58,7 @@ def main() -> None:
     from docpc_retrievers.documents.preview import encode_grid
     from docpc_retrievers.documents.represent import represent_pdf
     from docpc_retrievers.errors import PDFLoadError
-    from docpc_retrievers.store import engine
+    from docpc_retrievers.store import fields
     from docpc_retrievers.store.multivector import MultiVectorStore
 
     docs: list[dict[str, Any]] = []
@@ -75,7 +75,7 @@ def main() -> None:
     text_kb = statistics.mean(len(d["text"].encode()) for d in docs) / 1024
 
     def commit_all(variant: tuple[int, int], watched: bool) -> float | list[float]:
-        engine.SNIPPET_BYTES = variant[0]
+        fields.SNIPPET_BYTES = variant[0]
         store = MultiVectorStore(tempfile.mkdtemp(prefix="docpc-gil-"), writable=True)
         store.set_settings({"encoder": {"model": "bench", "dim": 128}, "index": {}})
         stop, delays = threading.Event(), []

@@ -15,7 +15,7 @@ from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.encoders.protocol import EncodedImage
 from docpc_retrievers.encoders.stream import EncodeStream
 from docpc_retrievers.index import DocPCIndex
-from docpc_retrievers.store.engine import SNIPPET_BYTES
+from docpc_retrievers.store.fields import SNIPPET_BYTES
 from docpc_retrievers.timeline import Timeline
 
 pytestmark = [pytest.mark.usefixtures("fresh_chroma")]

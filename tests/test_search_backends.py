@@ -96,6 +96,22 @@ def test_each_backend_returns_the_exact_top_k_with_exact_scores_and_honours_filt
         assert {h.id for h in backend.search(query, 10, allowed)} <= allowed
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_documents_that_tie_are_answered_by_id_whatever_order_they_were_listed_in(kind: str) -> None:
+    """Overlapping windows and copies score exactly alike; more of them than the shortlist holds must still give
+    the lowest ids (the exhaustive ranking's order), not the ones the first stage happened to list first."""
+    rng = np.random.default_rng(3)
+    original = _unit(rng.standard_normal((20, DIM)))
+    docs = {f"c{i:03d}": original for i in range(60)} | _corpus(60)
+    query = _unit(original[:3] + 0.2 * _unit(rng.standard_normal((3, DIM))))
+    for order in (sorted(docs), sorted(docs, reverse=True), list(rng.permutation(sorted(docs)))):
+        listed = {d: docs[d] for d in order}
+        backend, _ = _backend(kind, listed, n_centroids=8, candidates=80, scan_below=1, shortlist=12)
+        hits = backend.search(query, 10)
+        assert [h.id for h in hits] == [f"c{i:03d}" for i in range(10)]
+        assert len({h.score for h in hits}) == 1
+
+
 def _rows_as_stored(v: np.ndarray) -> np.ndarray:
     q, s = quantize(v)
     return q.astype(np.float32) * s.astype(np.float32)[:, None]

@@ -8,7 +8,7 @@ Chroma layout for a store named ``C``:
 
 * ``C``: one record per document. Embedding: the mean of its vectors (unit
   length; plain Chroma tools can query it). Document: the start of its text
-  (:data:`SNIPPET_BYTES`; the whole text when that short). Metadata: the public keys (filterable) plus internal ``_``
+  (``fields.SNIPPET_BYTES``; the whole text when that short). Metadata: the public keys (filterable) plus internal ``_``
   keys: vector count, page parts, first-stage summary (``_summary``, base64
   int8 centroids), write sequence, payload record counts.
 * ``C.blobs``: payload records keyed ``<doc id>.<kind><i>`` (``v`` compact
@@ -41,8 +41,9 @@ from docpc_retrievers.store.chroma_client import unreachable
 from docpc_retrievers.store.chroma_reads import READ_PAGE, WRITE_BATCH, read, read_ids, read_pages
 from docpc_retrievers.store.codec import chunk_payload, join_payload
 from docpc_retrievers.store.feed import Change, ChangeFeed
+from docpc_retrievers.store.fields import joined_manifest, long_text, snippet, split_manifest
 
-__all__ = ["READABLE_FORMATS", "SNIPPET_BYTES", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
+__all__ = ["READABLE_FORMATS", "STORE_FORMAT", "Change", "ChromaEngine", "DocumentRecord", "payload_packing"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +58,6 @@ READABLE_FORMATS = (2, 3)
 def payload_packing(store_format: int) -> str:
     """How a store of ``store_format`` packs new payloads (codec.PACKINGS)."""
     return "b64" if store_format < 3 else "z85"
-
-
-#: Characters of the manifest's JSON per collection metadata value (hosted Chroma: 4 KB per value).
-_MANIFEST_CHARS = 4000
 
 
 @dataclass
@@ -154,7 +151,7 @@ class ChromaEngine:
     @_translated
     def read_manifest(self) -> dict[str, Any]:
         self.docs = self.client.get_collection(self.name, embedding_function=None)  # collection metadata is cached per handle
-        raw = _joined_manifest(dict(self.docs.metadata or {}))
+        raw = joined_manifest(dict(self.docs.metadata or {}))
         if not raw:
             return {}
         try:
@@ -170,7 +167,7 @@ class ChromaEngine:
         self.docs = self.client.get_collection(self.name, embedding_function=None)  # fresh collection metadata
         meta = {k: v for k, v in (self.docs.metadata or {}).items()
                 if not k.startswith("hnsw:") and not k.startswith("docpc_manifest")}
-        meta.update(_split_manifest(text))
+        meta.update(split_manifest(text))
         self.docs.modify(metadata=meta)
 
     # ------------------------------------------------------------------ writes
@@ -182,7 +179,7 @@ class ChromaEngine:
         blob_ids, blob_metas = [], []
         old = self.records([d.id for d in docs], include_summary=False)
         for d in docs:
-            for kind, data in (("v", d.vectors), ("g", d.grid), ("t", _long_text(d.text))):
+            for kind, data in (("v", d.vectors), ("g", d.grid), ("t", long_text(d.text))):
                 n = 0
                 if data is not None:
                     chunks = chunk_payload(data, self.packing)
@@ -196,7 +193,7 @@ class ChromaEngine:
         stale = self._stale_blobs(docs, old)
         ids = [d.id for d in docs]
         metas = [_replacing(d.metadata, old.get(d.id)) for d in docs]
-        texts = [_snippet(d.text) for d in docs]
+        texts = [snippet(d.text) for d in docs]
         emb = np.stack([np.asarray(d.embedding, dtype=np.float32) for d in docs])
         for s in range(0, len(ids), WRITE_BATCH):
             e = s + WRITE_BATCH
@@ -406,49 +403,9 @@ class ChromaEngine:
         return self.feed.position()
 
 
-def _split_manifest(text: str) -> dict[str, str]:
-    """The manifest's JSON over collection metadata values of at most :data:`_MANIFEST_CHARS` characters:
-    ``docpc_manifest``, then ``docpc_manifest.1``, ``docpc_manifest.2``... (hosted Chroma: 4 KB a value)."""
-    pieces = [text[i : i + _MANIFEST_CHARS] for i in range(0, len(text), _MANIFEST_CHARS)] or [""]
-    return {("docpc_manifest" if i == 0 else f"docpc_manifest.{i}"): piece for i, piece in enumerate(pieces)}
-
-
-def _joined_manifest(meta: Mapping[str, Any]) -> str:
-    """The manifest's JSON from :func:`_split_manifest`'s values (one value in stores written before the split)."""
-    raw = meta.get("docpc_manifest")
-    if not raw:
-        return ""
-    pieces, i = [str(raw)], 1
-    while f"docpc_manifest.{i}" in meta:
-        pieces.append(str(meta[f"docpc_manifest.{i}"]))
-        i += 1
-    return "".join(pieces)
-
-
 def _replacing(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
     """Chroma merges metadata on upsert; a None for every dropped key makes it a replacement."""
     out = dict(new)
     for key in old or {}:
         out.setdefault(key, None)
     return out
-
-
-SNIPPET_BYTES = 512
-"""Bytes of a document's text kept in its record's document field; longer texts are kept whole as payload.
-
-Chroma full-text indexes the document field inside the write, holding Python's lock all the while (about 1.1 ms a
-kilobyte): 16 KB of text made each commit cost 18 ms a document and starved the encoding thread of a GPU
-indexing run. The store never searches that index, so the field keeps a snippet for plain Chroma tools."""
-
-
-def _long_text(text: str) -> bytes | None:
-    """The text as payload bytes, when it is longer than the snippet the record holds."""
-    data = text.encode("utf-8")
-    return data if len(data) > SNIPPET_BYTES else None
-
-
-def _snippet(text: str) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= SNIPPET_BYTES:
-        return text
-    return data[:SNIPPET_BYTES].decode("utf-8", errors="ignore")

@@ -31,7 +31,7 @@ def ranked(query: np.ndarray, ids: Sequence[str], source: VectorSource, k: int, 
     with single_blas_thread():
         if not exact and len(cand) > keep:
             kept, fast = approximate_scores(query, cand, source, aggregate, block=config.block, threads=config.threads)
-            cand = [kept[i] for i in np.argsort(-fast, kind="stable")[:keep]]
+            cand = _shortlist(kept, fast, keep)
         best: list[Scored] = []
         for start in range(0, len(cand), _CHUNK):
             kept, scores, per_part = exact_scores(query, cand[start : start + _CHUNK], source, aggregate)
@@ -39,3 +39,17 @@ def ranked(query: np.ndarray, ids: Sequence[str], source: VectorSource, k: int, 
                         for s, d, p in zip(scores.tolist(), kept, per_part))
             best = sorted(best, key=lambda h: (-h.score, h.id))[:k]
     return best
+
+
+def _shortlist(ids: list[str], scores: np.ndarray, keep: int) -> list[str]:
+    """The best ``keep`` of ``ids`` by approximate score, ties at the cut broken by id as the final ranking breaks
+    them: documents with the same rows (overlapping windows, copies) score the same, and which of them survive must
+    not depend on the order the first stage listed them in, or a store's answer would depend on how it was searched
+    (summaries, a scan, shards merged)."""
+    order = np.argsort(-scores, kind="stable")
+    if len(order) <= keep:
+        return [ids[i] for i in order]
+    edge = scores[order[keep - 1]]
+    above = [ids[i] for i in order[: int(np.count_nonzero(scores > edge))]]
+    tied = sorted(ids[i] for i in np.flatnonzero(scores == edge))
+    return above + tied[: keep - len(above)]
