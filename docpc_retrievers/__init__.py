@@ -7,7 +7,7 @@ MaxSim. Heavy parts (torch, colpali-engine, chromadb) load on first use.
 Where things live: ``documents`` (PDF -> pages -> grid), ``encoders``,
 ``scoring`` (MaxSim, evidence, BM25), ``store`` (everything on disk),
 ``indexing``, ``search``, ``rerank``, ``index`` (the :class:`DocPCIndex`
-facade), ``adapters`` (what the framework integrations share), ``cli``,
+facade), ``retrievers`` (the layer the framework integrations stand on), ``cli``,
 ``eval`` (``[eval]`` extra), ``training``, ``testing``.
 """
 
@@ -38,7 +38,7 @@ _LAZY = {
     "GridSpec": "config",
     "IndexSettings": "config",
     "RerankSettings": "config",
-    "SearchOptions": "config",
+    "SearchOptions": "retrievers.options",
     "ComposedGrid": "documents.composition",
     "GridLayout": "documents.composition",
     "compose_grid": "documents.composition",
@@ -72,7 +72,7 @@ __all__ = sorted([
 """The public names: the errors (imported now, they are light) and those of :data:`_LAZY` (loaded on first use)."""
 
 if TYPE_CHECKING:
-    from docpc_retrievers.config import EncoderOptions, GridSpec, IndexSettings, RerankSettings, SearchOptions
+    from docpc_retrievers.config import EncoderOptions, GridSpec, IndexSettings, RerankSettings
     from docpc_retrievers.documents.composition import ComposedGrid, GridLayout, compose_grid, grid_shape
     from docpc_retrievers.documents.pdf import PDFDocument, open_pdf
     from docpc_retrievers.documents.represent import represent_pdf
@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from docpc_retrievers.explain import Explainer, Explanation
     from docpc_retrievers.index import DocPCIndex
     from docpc_retrievers.results import EvidencePage, Hit, IndexFailure, IndexReport, SearchResult
+    from docpc_retrievers.retrievers.options import SearchOptions
     from docpc_retrievers.scoring import maxsim
     from docpc_retrievers.store import MultiVectorStore
 

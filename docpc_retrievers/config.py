@@ -6,7 +6,8 @@
   the page size; recorded in a store so every document is built the same way.
 * :class:`EncoderOptions`: how the encoder runs (device, dtype, batch size,
   visual-token budget); passed to :class:`~docpc_retrievers.encoders.ColPaliEncoder`.
-* :class:`SearchOptions` and :class:`RerankSettings`: per-query choices.
+* :class:`RerankSettings`: grid-then-page reranking's settings (a search's options are the retriever layer's:
+  ``docpc_retrievers/retrievers/options.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from docpc_retrievers.filters import check_where
 
 __all__ = [
     "AGGREGATES",
@@ -35,7 +35,6 @@ __all__ = [
     "IndexSettings",
     "RerankSettings",
     "STRATEGIES",
-    "SearchOptions",
     "check_candidates",
     "grid_shape",
     "with_previews",
@@ -344,66 +343,3 @@ def folders(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | N
         if not isinstance(item, (str, os.PathLike)) or not str(item).strip():
             raise ValueError(f"under takes folder or file paths, got {item!r}")
     return tuple(dict.fromkeys(str(Path(p).expanduser().resolve()) for p in items))
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """One search's choices, shared by the index, the CLI and both framework integrations.
-
-    ``filters`` is a Chroma ``where`` dict; ``aggregate`` combines page scores
-    in page mode; ``rerank`` turns on grid-then-page reranking with
-    ``rerank_settings``; ``password`` opens encrypted sources when pages are rendered.
-    ``candidates``: documents the first stage passes on to be scored from their stored vectors (None: the
-    store's own count by query length); more find more of the exact top k, more slowly.
-    ``under``: only documents whose source lies in one of these folders (or is one of these files), matched by
-    path as ``delete`` matches a folder, whether or not the files are still on disk.
-    ``grids`` / ``texts``: each result comes with its grid preview (``SearchResult.grid_image``) / its text
-    (``SearchResult.text``), read in the same pass as its metadata, so a document deleted meanwhile gives its slot
-    to the next one instead of lacking them; off, a search reads neither (the CLI and the server print neither).
-    """
-
-    top_k: int = DEFAULT_TOP_K
-    filters: Mapping[str, Any] | None = None
-    aggregate: str = "max"
-    rerank: bool = False
-    rerank_settings: RerankSettings = field(default_factory=RerankSettings)
-    password: str | None = field(default=None, repr=False)
-    candidates: int | None = None
-    under: tuple[str, ...] = ()
-    grids: bool = False
-    texts: bool = False
-
-    def __post_init__(self) -> None:
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (an integer), got {self.top_k!r}")
-        if self.aggregate not in AGGREGATES:
-            raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
-        if self.filters is not None and not isinstance(self.filters, Mapping):
-            raise TypeError(f"filters must be a Chroma where dict, got {type(self.filters).__name__}")
-        check_where(self.filters)  # a malformed filter fails here, before a model loads
-        check_candidates(self.candidates)
-
-    @classmethod
-    def build(
-        cls,
-        top_k: int = DEFAULT_TOP_K,
-        *,
-        filters: Mapping[str, Any] | None = None,
-        aggregate: str = "max",
-        rerank: bool = False,
-        rerank_top_n: int | None = None,
-        page_budget: int | None = None,
-        grid_weight: float | None = None,
-        password: str | None = None,
-        candidates: int | None = None,
-        under: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
-    ) -> SearchOptions:
-        """Options from the flat keywords of ``DocPCIndex.search`` (None takes the default)."""
-        rerank_settings = RerankSettings.build(rerank_top_n, page_budget, grid_weight)
-        return cls(top_k, dict(filters) if filters else None, aggregate, bool(rerank), rerank_settings, password,
-                   candidates, folders(under))
-
-    @property
-    def depth(self) -> int:
-        """How many first-stage hits a search needs: more than ``top_k`` when reranking."""
-        return max(self.top_k, self.rerank_settings.top_n) if self.rerank else self.top_k

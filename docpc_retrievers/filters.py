@@ -13,7 +13,7 @@ from typing import Any
 
 from docpc_retrievers.errors import InvalidFilterError
 
-__all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "check_where", "filter_keys"]
+__all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "CheckedWhere", "check_where", "filter_keys"]
 
 COMPARISON_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$not_contains")
 LOGICAL_OPERATORS = ("$and", "$or")
@@ -58,14 +58,24 @@ def _walk(where: Mapping[str, Any]) -> None:
                     )
 
 
+class CheckedWhere(dict):  # type: ignore[type-arg]
+    """A filter :func:`check_where` has checked: passed on, it is not checked again."""
+
+
 def check_where(where: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The filter as a plain dict, or :class:`InvalidFilterError` naming what is wrong and what is valid."""
-    if where is None:
-        return None
+    """The filter as a plain dict (a :class:`CheckedWhere`), or :class:`InvalidFilterError` naming what is wrong and
+    what is valid. A filter checked already comes back as it is: the check runs once however deep it is passed."""
+    if where is None or isinstance(where, CheckedWhere):
+        return where
     if not isinstance(where, Mapping):
         raise InvalidFilterError(f"a filter must be a dict (a Chroma where filter), got {type(where).__name__}")
     if not where:
         return None
+    return CheckedWhere(_validated(where))
+
+
+def _validated(where: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter's own check: our names first, then Chroma's."""
     plain = json.loads(json.dumps(where, default=_unserialisable))  # plain dicts and lists, or a clear error
     _walk(plain)
     from chromadb.api.types import validate_where

@@ -16,7 +16,7 @@ from PIL import Image
 
 from docpc_retrievers import catalog
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, DEFAULT_PAGE_SIZE, DEFAULT_TOP_K, MODES
-from docpc_retrievers.config import EncoderOptions, IndexSettings, SearchOptions, with_previews
+from docpc_retrievers.config import EncoderOptions, IndexSettings, with_previews
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.documents.discovery import require_pdfs
 from docpc_retrievers.documents.represent import compose_pdf, render_source_pages
@@ -28,7 +28,8 @@ from docpc_retrievers.explain import Explainer, Explanation
 from docpc_retrievers.indexing import Indexer
 from docpc_retrievers.rerank import PageReranker
 from docpc_retrievers.results import IndexReport, SearchResult
-from docpc_retrievers.search import Searcher
+from docpc_retrievers.retrievers.options import SEARCH_OPTIONS, SearchOptions
+from docpc_retrievers.search import Searcher, check_queries
 from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore
@@ -167,22 +168,10 @@ class DocPCIndex:
         """Every stored document (or those matching ``where``) as results with score 0, read ``page`` at a time."""
         return catalog.documents(self._store, where, page=page)
 
-    def search(
-        self, query: str, top_k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
-        aggregate: str = "max", rerank: bool = False, rerank_top_n: int | None = None, page_budget: int | None = None,
-        grid_weight: float | None = None, password: str | None = None, candidates: int | None = None,
-        under: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
-    ) -> list[SearchResult]:
-        """Rank documents for a text query, best first.
-
-        ``filters``: a Chroma ``where`` dict; ``under``: folders (or files) whose documents alone are searched.
-        ``aggregate``: page mode's MaxP (``max``), AvgP (``mean``) or SumP (``sum``). ``rerank=True``: rescore the
-        top ``rerank_top_n`` (20) documents from up to ``page_budget`` (4) pages each at full resolution, fused with
-        weight ``grid_weight`` (0.5); ``password`` opens sources; ``candidates``: the first stage's count (None: by
-        query length; more: recall on large stores, slower)."""
-        return self.search_with([query], SearchOptions.build(
-            top_k, filters=filters, aggregate=aggregate, rerank=rerank, rerank_top_n=rerank_top_n,
-            page_budget=page_budget, grid_weight=grid_weight, password=password, candidates=candidates, under=under))[0]
+    def search(self, query: str, top_k: int = DEFAULT_TOP_K, **options: Any) -> list[SearchResult]:
+        """Rank documents for a text query, best first. The keyword options are the schema's search options
+        (listed below, and ``password``, which opens encrypted sources when pages are rendered)."""
+        return self.search_with([query], SearchOptions.build(top_k, **options))[0]
 
     def search_batch(self, queries: Sequence[str], top_k: int = DEFAULT_TOP_K, **options: Any) -> list[list[SearchResult]]:
         """:meth:`search` for several queries, encoded together (the same keyword options)."""
@@ -191,8 +180,9 @@ class DocPCIndex:
         return self.search_with(queries, SearchOptions.build(top_k, **options))
 
     def search_with(self, queries: Sequence[str], options: SearchOptions) -> list[list[SearchResult]]:
-        """Search with prepared :class:`SearchOptions` (what the framework adapters call)."""
-        return self._searcher.search_batch(queries, options)
+        """Search with options checked once already (:class:`SearchOptions`: what the retrievers, the command line
+        and the server build); the queries are checked here."""
+        return self._searcher.search_batch(check_queries(queries), options)
 
     @property
     def reranker(self) -> PageReranker:
@@ -247,7 +237,7 @@ class DocPCIndex:
     def as_retriever(self, framework: str = "langchain", **options: Any) -> Any:
         """A LangChain (``"langchain"``) or LlamaIndex (``"llamaindex"``) retriever over this index, with its options
         (``k``/``similarity_top_k``, ``filter``/``filters``, ``rerank``, ...); the index stays open until closed."""
-        from docpc_retrievers.frameworks import framework_retriever
+        from docpc_retrievers.retrievers.plugins import framework_retriever
 
         return framework_retriever(self, framework, options)
 
@@ -271,3 +261,21 @@ class DocPCIndex:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _search_signature() -> None:
+    """``search`` and ``search_batch`` show every search option of the schema by name, default and meaning (their
+    keywords are checked by :class:`SearchOptions`, so no list of them is kept here)."""
+    import inspect
+
+    p = inspect.Parameter
+    options = [p(o.name, p.KEYWORD_ONLY, default=o.default, annotation=o.annotation) for o in SEARCH_OPTIONS
+               if o.name != "top_k"] + [p("password", p.KEYWORD_ONLY, default=None, annotation=str | None)]
+    listed = "\n".join(f"        {o.name} (default {o.default!r}): {' '.join(o.doc.split())}" for o in SEARCH_OPTIONS)
+    for method, first in ((DocPCIndex.search, ("query", str)), (DocPCIndex.search_batch, ("queries", Sequence[str]))):
+        head = [p("self", p.POSITIONAL_OR_KEYWORD), p(first[0], p.POSITIONAL_OR_KEYWORD, annotation=first[1]),
+                p("top_k", p.POSITIONAL_OR_KEYWORD, default=DEFAULT_TOP_K, annotation=int)]
+        method.__signature__ = inspect.Signature(head + options)  # type: ignore[attr-defined]
+        method.__doc__ = f"{method.__doc__}\n\n        Options:\n\n{listed}\n"
+
+
+_search_signature()

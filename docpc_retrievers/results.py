@@ -150,10 +150,11 @@ class SearchResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchResult:
-        """A result back from its :meth:`to_dict` form (a server's answer); only user keys in ``metadata``."""
+        """A result back from its :meth:`to_dict` form (a server's answer; ``pages`` from a server before 0.4); only
+        user keys in ``metadata``."""
         return cls(
             id=data["id"], score=float(data["score"]), rank=int(data["rank"]), source=data.get("source"),
-            title=data.get("title"), total_pages=data.get("pages"), selected_pages=list(data.get("selected_pages") or []),
+            title=data.get("title"), total_pages=data.get("total_pages", data.get("pages")), selected_pages=list(data.get("selected_pages") or []),
             metadata=dict(data.get("metadata") or {}),
             evidence_pages=[EvidencePage(e["page"], e.get("share"), e.get("score"), e.get("label"))
                             for e in data.get("evidence_pages") or []],
@@ -169,7 +170,7 @@ class SearchResult:
             "rank": self.rank,
             "source": self.source,
             "title": self.title,
-            "pages": self.total_pages,
+            "total_pages": self.total_pages,
             "selected_pages": self.selected_pages,
             "evidence_pages": [e.to_dict() for e in self.evidence_pages],
             **({"other_shares": {k: round(v, 6) for k, v in self.other_shares.items()}} if self.other_shares else {}),
@@ -282,7 +283,7 @@ class Hit:
 
     ``text`` is the text layer of the selected pages; ``metadata`` the
     stored keys plus score, rank and evidence (see
-    :func:`docpc_retrievers.adapters.result_metadata`); ``image`` the image
+    :func:`docpc_retrievers.retrievers.result_metadata`); ``image`` the image
     asked for (``image_mime_type`` says its true format: lossless WebP for
     stored grids, PNG for rendered pages and evidence pictures, or whatever
     ``image_format`` converted it to); ``pages`` the selected pages as

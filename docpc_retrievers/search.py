@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 from dataclasses import replace
 
 import numpy as np
 
 from docpc_retrievers.queries import check_query
 from docpc_retrievers.catalog import ids_under
-from docpc_retrievers.config import IndexSettings, SearchOptions
+from docpc_retrievers.config import IndexSettings
 from docpc_retrievers.documents.composition import GridLayout
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.explain.explainer import Explainer
-from docpc_retrievers.rerank import PageReranker, rerank_results
+from docpc_retrievers.rerank import PageReranker, RerankSettings, rerank_results
 from docpc_retrievers.results import EvidencePage, SearchResult
 from docpc_retrievers.explain.shares import query_labels, score_shares
 from docpc_retrievers.scoring.evidence import TokenGrid, token_pages
@@ -29,7 +30,7 @@ from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore, ScoredDocument
 from docpc_retrievers.store.page_cache import PageEmbeddingCache, cache_fingerprint
 
-__all__ = ["Searcher", "check_queries"]
+__all__ = ["SearchChoices", "Searcher", "check_queries"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,27 @@ def check_queries(queries: Sequence[str]) -> list[str]:
     if isinstance(queries, str):
         raise TypeError("search_batch expects a list of queries")
     return [check_query(q) for q in queries]
+
+
+class SearchChoices(Protocol):
+    """What a search reads of its options: the retriever layer's checked ``SearchOptions`` (built from the option
+    schema where the search starts) satisfies it; the searcher takes it as it is."""
+
+    top_k: int
+    filters: Mapping[str, Any] | None
+    under: tuple[str, ...]
+    aggregate: str
+    candidates: int | None
+    rerank: bool
+    password: str | None
+    texts: bool
+    grids: bool
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def rerank_settings(self) -> RerankSettings: ...
 
 
 class Searcher:
@@ -61,9 +83,9 @@ class Searcher:
         self._reranker: PageReranker | None = None
         self._rerank_lock = threading.Lock()  # the reranker's caches are not thread-safe
 
-    def search_batch(self, queries: Sequence[str], options: SearchOptions) -> list[list[SearchResult]]:
-        """Ranked results per query, best first, at most ``options.top_k`` each."""
-        texts = check_queries(queries)
+    def search_batch(self, texts: list[str], options: SearchChoices) -> list[list[SearchResult]]:
+        """Ranked results per query (checked by the caller: :func:`check_queries`), best first, at most
+        ``options.top_k`` each; ``options`` were checked when built and are taken as they are."""
         if options.top_k == 0 or self.store.count() == 0:
             return [[] for _ in texts]
         within = ids_under(self.store, options.under) if options.under else None

@@ -53,7 +53,7 @@ from docpc_retrievers.testing import build_tiny_colqwen2
 
 pytestmark = [pytest.mark.usefixtures("fresh_chroma"), pytest.mark.slow, needs_corpus]
 
-RESULT_KEYS = {"id", "score", "source", "title", "pages", "selected_pages"}
+RESULT_KEYS = {"id", "score", "source", "title", "total_pages", "selected_pages"}
 
 
 @dataclass
@@ -255,8 +255,8 @@ def test_search_json_is_a_ranked_list_of_documents(
     for r in results:
         assert set(r) >= RESULT_KEYS, r
         assert isinstance(r["score"], float)
-        assert isinstance(r["pages"], int) and r["pages"] >= 1
-        assert r["selected_pages"] and all(1 <= p <= r["pages"] for p in r["selected_pages"])
+        assert isinstance(r["total_pages"], int) and r["total_pages"] >= 1
+        assert r["selected_pages"] and all(1 <= p <= r["total_pages"] for p in r["selected_pages"])
         assert Path(r["source"]).is_relative_to(CORPUS)
         assert r["metadata"] == {}  # the corpus store has no keys of the user's
     scores = [r["score"] for r in results]
@@ -269,11 +269,11 @@ def test_search_json_is_a_ranked_list_of_documents(
     for r in results:
         e = expected[r["id"]]
         assert r["score"] == pytest.approx(e.score, abs=1e-3)
-        assert (r["source"], r["title"], r["pages"], r["selected_pages"]) == (
+        assert (r["source"], r["title"], r["total_pages"], r["selected_pages"]) == (
             e.source, e.title, e.total_pages, e.selected_pages,
         )
     geotopo = next(r for r in results if r["source"] == str(GEOTOPO))
-    assert (geotopo["pages"], geotopo["selected_pages"], geotopo["title"]) == (117, [1, 2, 3, 4], "Geometrie und Topologie")
+    assert (geotopo["total_pages"], geotopo["selected_pages"], geotopo["title"]) == (117, [1, 2, 3, 4], "Geometrie und Topologie")
 
 
 def test_several_queries_print_one_json_line_each_ranked_as_alone(runs: Runs, corpus_store: CorpusStore,
@@ -383,10 +383,11 @@ def test_usage_errors_are_one_line_pointing_at_the_commands_help_and_the_nearest
     assert (hint in err) if hint else "did you mean" not in err
 
 
-def test_search_top_k_0_is_a_usage_error(runs: Runs) -> None:
+def test_search_top_k_0_answers_nothing_as_every_front_end_does(runs: Runs) -> None:
+    """One rule for ``top_k`` (the option schema's ``ge=0``): the command line, HTTP, MCP and Python agree."""
     zero = runs["search_top0"]
-    assert zero.returncode == 2, zero.describe()
-    assert "--top-k: must be >= 1" in zero.stderr and zero.stdout == ""
+    assert zero.returncode == 0, zero.describe()
+    assert zero.json() == []
 
 
 # --------------------------------------------------------------------------- docpc delete / info

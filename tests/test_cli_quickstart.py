@@ -56,7 +56,7 @@ def test_every_quickstart_command_runs(
     _, search, search_json, info, _, _ = outputs
     assert search.strip() and info.strip()
     hits = json.loads(search_json)
-    assert hits and all(h["pages"] >= 2 for h in hits)
+    assert hits and all(h["total_pages"] >= 2 for h in hits)
     with DocPCIndex(tmp_path / "docpc-store") as index:
         assert len(index) >= 20
         assert document_id(DELETED) not in index.store

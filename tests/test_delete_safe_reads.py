@@ -13,7 +13,7 @@ import pytest
 from e2e_helpers import clear_chroma_cache, make_pdf, subprocess_env
 
 from docpc_retrievers import DocPCIndex, DocumentNotFoundError
-from docpc_retrievers.adapters import RetrieverOptions, retrieve
+from docpc_retrievers.retrievers import RetrieverOptions, retrieve
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.testing.chroma_server import ChromaServer
 

@@ -116,7 +116,7 @@ def test_a_rerun_with_nothing_new_says_nothing_was_rendered_and_the_model_line_h
 
 def test_a_read_only_retrievers_refusal_names_the_route_that_writes(store: Path, tiny_encoder: ColPaliEncoder,
                                                                     folder: Path) -> None:
-    from docpc_retrievers.retriever_parts import StoreEditing
+    from docpc_retrievers.retrievers import StoreEditing
 
     class Retriever(StoreEditing):  # what both framework retrievers add to their own classes
         def __init__(self, index: DocPCIndex) -> None:

@@ -128,7 +128,7 @@ def test_show_takes_where(store: Path, tmp_path: Path, capsys: pytest.CaptureFix
     import json
 
     hits = json.loads(capsys.readouterr().out)["hits"]
-    assert [h["pages"] for h in hits] == [3] and out.is_file()
+    assert [h["total_pages"] for h in hits] == [3] and out.is_file()
 
 
 def test_options_that_do_not_apply_say_so(store: Path, no_model_load: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,7 +136,10 @@ def test_options_that_do_not_apply_say_so(store: Path, no_model_load: None, caps
         main(["search", "x", "--store", str(store), "--aggregate", "mean"])
     assert caught.value.code == 2 and "page-mode stores only" in capsys.readouterr().err
     with pytest.raises(SystemExit) as caught:
-        main(["search", "x", "--store", str(store), "--top-k", "0"])
+        main(["search", "x", "--store", str(store), "--top-k", "-1"])
+    assert caught.value.code == 2 and "must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main(["search", "x", "--store", str(store), "--rerank-top-n", "0"])
     assert caught.value.code == 2 and "must be >= 1" in capsys.readouterr().err
 
 

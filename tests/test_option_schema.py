@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from docpc_retrievers.adapters import RetrieverOptions
-from docpc_retrievers.options import OPTIONS, framework_names, search_aliases
+from docpc_retrievers.retrievers import RetrieverOptions
+from docpc_retrievers.retrievers import OPTIONS, framework_names, search_aliases
 
 
 def test_the_core_options_are_the_schemas_in_its_order_with_its_defaults() -> None:
@@ -70,7 +70,7 @@ def test_the_commands_search_flags_come_from_the_schema_and_are_left_out_when_no
     from docpc_retrievers.cli.common import option_values
     from docpc_retrievers.cli.search import SEARCH_OPTIONS
     from docpc_retrievers.cli.show import SHOW_OPTIONS
-    from docpc_retrievers.options import BY_NAME
+    from docpc_retrievers.retrievers import BY_NAME
 
     parser = build_parser()
     search = parser.parse_args(["search", "q", "--store", "s"])

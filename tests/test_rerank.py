@@ -159,7 +159,7 @@ def test_rerank_top_n_limits_which_documents_are_reranked(tmp_path: Path, corpus
 def test_a_document_that_cannot_be_reranked_says_so_on_its_hit_and_in_json(tmp_path: Path, corpus: list[Path]) -> None:
     """Its source gone, a document keeps its grid score: the hit says reranked False and why (it was only logged),
     as do the --json form and the frameworks' metadata."""
-    from docpc_retrievers.adapters import result_metadata
+    from docpc_retrievers.retrievers import result_metadata
 
     with _index(tmp_path / "s", corpus, ColourEncoder()) as index:
         corpus[1].unlink()  # b.pdf

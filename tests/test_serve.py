@@ -106,8 +106,10 @@ def test_the_json_api_answers_as_the_index_does(served: Served) -> None:
 
 
 def test_bad_requests_get_a_reason(served: Served) -> None:
-    bad_k = httpx.post(f"{served.url}/search", json={"query": "x", "k": 0}, headers=_auth())
-    assert bad_k.status_code == 400 and "k must be" in bad_k.json()["error"]
+    bad_k = httpx.post(f"{served.url}/search", json={"query": "x", "k": -1}, headers=_auth())
+    assert bad_k.status_code == 400 and "k must be an integer from 0 to 100" in bad_k.json()["error"]
+    none = httpx.post(f"{served.url}/search", json={"query": "x", "k": 0}, headers=_auth())
+    assert none.status_code == 200 and none.json()["results"] == []  # top_k=0's one rule
     empty = httpx.post(f"{served.url}/search", json={"query": "  "}, headers=_auth())
     assert empty.status_code == 400 and "empty" in empty.json()["error"]
     bad_images = httpx.post(f"{served.url}/search", json={"query": "x", "images": "two"}, headers=_auth())

@@ -128,7 +128,7 @@ def test_requests_past_the_limits_get_a_json_refusal_naming_the_limit(served: Se
     nested = httpx.post(f"{served.url}/search", json={"query": "x", "filters": json.loads("[" * 40 + "]" * 40)})
     assert nested.status_code == 400 and "32 levels" in nested.json()["error"]
     too_many = httpx.post(f"{served.url}/search", json={"query": "x", "k": 101})
-    assert too_many.status_code == 400 and "from 1 to 100" in too_many.json()["error"]
+    assert too_many.status_code == 400 and "from 0 to 100" in too_many.json()["error"]
     pictures = httpx.post(f"{served.url}/search", json={"query": "x", "images": 11})
     assert pictures.status_code == 400 and "from 0 to 10" in pictures.json()["error"]
     listing = httpx.get(f"{served.url}/documents", params={"limit": 1001})

@@ -28,7 +28,9 @@ __all__ = [
     "non_negative_float",
     "non_negative_int",
     "pair_arg",
+    "json_object",
     "parse_where",
+    "search_options",
     "positive_float",
     "positive_int",
     "require_store",
@@ -46,13 +48,13 @@ def add_option_flags(p: argparse.ArgumentParser, names: Sequence[str], **helps: 
     given (the core's default then applies); ``helps`` replaces an option's help text for this command."""
     from typing import get_args
 
-    from docpc_retrievers.options import BY_NAME
+    from docpc_retrievers.retrievers.schema import BY_NAME
 
     for name in names:
         option = BY_NAME[name]
         kwargs: dict[str, Any] = {"dest": name, "help": helps.get(name, option.cli_help), "default": None}
-        if option.cli_kind == "count":
-            kwargs["type"] = positive_int
+        if option.cli_kind == "count":  # the schema's lower bound: top_k takes 0 (nothing), the others 1
+            kwargs["type"] = non_negative_int if (option.bounds or {}).get("ge", 1) == 0 else positive_int
         elif option.cli_kind == "flag":
             kwargs.update(action="store_true", default=False)
         elif option.cli_kind == "paths":
@@ -65,12 +67,28 @@ def add_option_flags(p: argparse.ArgumentParser, names: Sequence[str], **helps: 
 
 
 def option_values(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
-    """The options given on the command line, by core name (a ``--where`` parsed and checked); those not given are
-    left out, so the core's defaults apply."""
-    values = {name: getattr(args, name) for name in names if getattr(args, name) not in (None, False)}
+    """The options given on the command line, by core name (a ``--where`` parsed as JSON; its check is the search
+    options'); those not given are left out, so the core's defaults apply."""
+    values = {name: getattr(args, name) for name in names  # an unset flag is False; 0 is a value (top_k)
+              if getattr(args, name) is not None and getattr(args, name) is not False}
     if "filters" in values:
-        values["filters"] = parse_where(values["filters"])
+        values["filters"] = json_object(values["filters"])
     return values
+
+
+def search_options(args: argparse.Namespace, values: dict[str, Any]) -> Any:
+    """The command's one checked :class:`~docpc_retrievers.retrievers.options.SearchOptions`, built before any
+    model loads; a bad value is a usage error naming its flag."""
+    from docpc_retrievers.errors import InvalidFilterError
+    from docpc_retrievers.retrievers.options import SearchOptions
+    from docpc_retrievers.retrievers.schema import BY_NAME
+
+    try:
+        return SearchOptions.build(password=getattr(args, "password", None), **values)
+    except (TypeError, ValueError) as exc:
+        named = "filters" if isinstance(exc, InvalidFilterError) else next((n for n in values if n in str(exc)), "")
+        flag = BY_NAME[named].cli[-1] if named and BY_NAME[named].cli else "search options"
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 def query_text(text: str) -> str:
@@ -163,8 +181,8 @@ def emit(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def parse_where(text: str | None, option: str = "--where") -> dict[str, Any] | None:
-    """A ``--where`` JSON object (a Chroma metadata filter), or a usage error naming what is wrong."""
+def json_object(text: str | None, option: str = "--where") -> dict[str, Any] | None:
+    """A ``--where`` JSON object, parsed (not yet checked as a filter), or a usage error naming what is wrong."""
     if not text:
         return None
     try:
@@ -173,6 +191,15 @@ def parse_where(text: str | None, option: str = "--where") -> dict[str, Any] | N
         raise UsageError(f"{option} is not valid JSON: {exc}") from None
     if not isinstance(where, dict):
         raise UsageError(f"{option} must be a JSON object")
+    return where
+
+
+def parse_where(text: str | None, option: str = "--where") -> dict[str, Any] | None:
+    """A ``--where`` JSON object checked as a Chroma metadata filter (list, delete), or a usage error naming what
+    is wrong."""
+    where = json_object(text, option)
+    if where is None:
+        return None
     from docpc_retrievers.errors import InvalidFilterError
     from docpc_retrievers.filters import check_where
 

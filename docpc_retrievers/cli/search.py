@@ -19,9 +19,9 @@ from typing import Any, TextIO
 
 from docpc_retrievers.cli.common import (
     EXIT_OK, UsageError, add_option_flags, add_store_options, emit, encoder_options, explain_no_match, option_values,
+    search_options,
     query_text, store_kwargs,
 )
-from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.explain.shares import shares_text
 from docpc_retrievers.serve.client import SERVER_ENV
@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a query, or --queries FILE (- for standard input)")
     many = len(args.query) > 1 or args.queries is not None  # the output format follows the arguments, not the count
     server = args.server or os.environ.get(SERVER_ENV)
+    checked = search_options(args, options)  # the one check of every option, before a model loads or a server is asked
     if server:
         return _run_remote(args, server, options, many)
     if args.token:
@@ -165,14 +166,14 @@ def run(args: argparse.Namespace) -> int:
                 )
             n, empty = 0, False
             for batch in _query_batches(args, stream):
-                answers = index.search_batch(batch, password=args.password, **options)
+                answers = index.search_with(batch, checked)
                 for query, results in zip(batch, answers):
                     n += 1
                     empty = empty or not results
                     _print(results, args.json, (n, query) if many else None)
                 sys.stdout.flush()  # a reader at the other end of a pipe gets each batch as it is answered
             if empty:
-                explain_no_match(index.store, options.get("filters"), args.under)
+                explain_no_match(index.store, checked.filters, args.under)
             if n == 0:
                 raise UsageError("--queries held no query (only blank lines)")
     finally:
@@ -184,12 +185,13 @@ def run(args: argparse.Namespace) -> int:
 def _run_remote(args: argparse.Namespace, server: str, options: dict[str, Any], many: bool) -> int:
     """``docpc search --server URL``: each query answered by the server; printed as a local search prints."""
     from docpc_retrievers.results import SearchResult
+    from docpc_retrievers.retrievers.schema import BY_NAME
     from docpc_retrievers.serve.client import remote_search
 
-    local_only = [flag for flag, value in (("--model", args.model), ("--aggregate", args.aggregate),
-                                           ("--candidates", args.candidates), ("--password", args.password),
-                                           ("--rerank-top-n", args.rerank_top_n), ("--page-budget", args.page_budget))
-                  if value is not None]
+    # What a server request cannot carry (the schema's options without a request field, and the local model and
+    # password): the server's own settings apply, so asking for them is refused rather than ignored.
+    local_only = [flag for flag, value in (("--model", args.model), ("--password", args.password)) if value is not None]
+    local_only += [BY_NAME[name].cli[-1] for name in options if not BY_NAME[name].server]
     if local_only:
         raise UsageError(f"{', '.join(local_only)} cannot be sent to a server (its own settings apply)")
     stream = _open_queries(args.queries) if args.queries is not None else None
@@ -198,8 +200,7 @@ def _run_remote(args: argparse.Namespace, server: str, options: dict[str, Any], 
         for batch in _query_batches(args, stream):
             for query in batch:
                 n += 1
-                found = remote_search(server, query, options.get("top_k", DEFAULT_TOP_K), filters=options.get("filters"),
-                                      under=args.under, rerank=args.rerank, token=args.token)
+                found = remote_search(server, query, token=args.token, **options)
                 results = found if args.json else [SearchResult.from_dict(d) for d in found]
                 _print(results, args.json, (n, query) if many else None, as_dicts=args.json)
                 sys.stdout.flush()

@@ -8,6 +8,7 @@ from typing import Any
 
 from docpc_retrievers.cli.common import (
     EXIT_OK, UsageError, add_option_flags, add_store_options, emit, encoder_options, explain_no_match, option_values,
+    search_options,
     positive_int, query_text, store_kwargs,
 )
 from docpc_retrievers.config import DEFAULT_TOP_K
@@ -48,16 +49,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dpi <= 0:
         raise UsageError("--dpi must be positive")
-    options = option_values(args, SHOW_OPTIONS)
+    checked = search_options(args, option_values(args, SHOW_OPTIONS))
     replaced = False
     if args.out is None and args.png is None:  # the default name never replaces an earlier report
         args.out = free_report_path(Path(DEFAULT_REPORT))
     elif args.out is not None:
         replaced = args.out.exists()
     with DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)) as index:
-        results = index.search(args.query, password=args.password, **options)
+        results = index.search_with([args.query], checked)[0]
         if not results:
-            explain_no_match(index.store, options.get("filters"), args.under)
+            explain_no_match(index.store, checked.filters, args.under)
         explained = [r.explain(top_pages=args.pages, dpi=args.dpi, password=args.password) for r in results]
         model = index.model
     written: list[str] = []

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
 
 __all__ = ["SERVER_ENV", "TOKEN_ENV", "remote_search"]
@@ -18,18 +16,24 @@ TOKEN_ENV = "DOCPC_SERVE_TOKEN"
 
 
 def remote_search(
-    url: str, query: str, k: int = DEFAULT_TOP_K, *, filters: Mapping[str, Any] | None = None,
-    under: Sequence[str] | None = None, rerank: bool = False, token: str | None = None, timeout: float = 300.0,
+    url: str, query: str, *, token: str | None = None, timeout: float = 300.0, **options: Any,
 ) -> list[dict[str, Any]]:
-    """The server's results for ``query`` (the CLI's ``--json`` dicts); DocPCError naming the server on failure."""
+    """The server's results for ``query`` (the CLI's ``--json`` dicts); DocPCError naming the server on failure.
+    ``options``: search options by their core names (``top_k``, ``filters``...), sent under the server's field
+    names; one the server does not take is a TypeError naming it."""
     import httpx
+
+    from docpc_retrievers.retrievers.schema import BY_NAME
 
     token = token if token is not None else os.environ.get(TOKEN_ENV)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    # Paths are the caller's: a relative one is resolved here, where it was typed, not in the server's folder.
-    paths = [os.path.abspath(os.path.expanduser(str(p))) for p in under or []]
-    body = {"query": query, "k": k, "filters": dict(filters) if filters else None, "under": paths or None,
-            "rerank": rerank}
+    unknown = [name for name in options if name not in BY_NAME or not BY_NAME[name].server]
+    if unknown:
+        raise TypeError(f"a server request cannot carry {', '.join(unknown)} (its own settings apply)")
+    if options.get("under") is not None:  # the caller's paths: resolved here, where they were typed
+        under = [options["under"]] if isinstance(options["under"], (str, os.PathLike)) else options["under"]
+        options["under"] = [os.path.abspath(os.path.expanduser(str(p))) for p in under]
+    body = {"query": query, **{BY_NAME[name].server: value for name, value in options.items()}}
     try:
         response = httpx.post(url.rstrip("/") + "/search", json=body, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:

@@ -80,7 +80,7 @@ def json_routes(service: StoreService, model: str) -> list[tuple[str, list[str],
 
     async def search(request: Request) -> Response:
         try:
-            checked = check_search(await _body(request))
+            checked = check_search(await _body(request), path=service.paths.taken)
         except RequestError as exc:
             return _error(str(exc), exc.status)
         found = await _answer(partial(service.search, checked))

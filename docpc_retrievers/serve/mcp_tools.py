@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, TypeVar
 
@@ -22,7 +23,14 @@ from mcp.types import ImageContent, TextContent
 from docpc_retrievers import __version__
 from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
-from docpc_retrievers.serve.requests import RequestError, check_explain, check_info, check_list, check_search
+from docpc_retrievers.serve.requests import (
+    RequestError,
+    SearchRequest,
+    check_explain,
+    check_info,
+    check_list,
+    check_search,
+)
 from docpc_retrievers.serve.service import PageImage, StoreService
 
 __all__ = ["build_mcp", "image_blocks"]
@@ -57,6 +65,8 @@ def image_blocks(pictures: list[PageImage]) -> list[TextContent | ImageContent]:
 _CHECKS: dict[str, Callable[[Any], Any]] = {"search": check_search, "explain": check_explain, "list": check_list,
                                              "info": check_info}
 """Each tool's arguments go through the JSON API's checks (serve/requests.py) before the SDK converts them."""
+_CHECKED: ContextVar[Any] = ContextVar("docpc_checked_request", default=None)
+"""The request :meth:`_CheckedMCP.call_tool` checked, for the tool it calls."""
 
 
 class _CheckedMCP(FastMCP):
@@ -68,12 +78,18 @@ class _CheckedMCP(FastMCP):
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         check = _CHECKS.get(name)
+        checked = None
         if check is not None:
             try:
-                check(arguments or {})
+                checked = (check_search(arguments or {}, path=self.service.paths.taken) if name == "search"
+                           else check(arguments or {}))
             except RequestError as exc:
                 raise ToolError(str(exc)) from None
-        return await super().call_tool(name, arguments)
+        token = _CHECKED.set(checked)  # the tool answers this checked request: nothing is checked twice
+        try:
+            return await super().call_tool(name, arguments)
+        finally:
+            _CHECKED.reset(token)
 
     async def list_resources(self) -> list[Any]:
         """The stored documents as resources (the first :data:`LISTED_RESOURCES`; ``list`` pages through all)."""
@@ -107,14 +123,16 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
 
         Args:
             query: what to look for, in words.
-            k: how many documents to return (1-100).
+            k: how many documents to return (0-100; 0 returns none).
             filters: a Chroma `where` filter on document metadata, e.g. {"year": {"$gte": 2020}}.
             under: folders (or files) whose documents alone are searched.
             rerank: re-score the top documents from their pages at full resolution (slower, finer).
             images: how many of the top results also return their best page as an image.
         """
-        checked = check_search({"query": query, "k": k, "filters": filters, "under": under, "rerank": rerank,
-                                "images": images})
+        checked = _CHECKED.get()
+        if not isinstance(checked, SearchRequest):  # called without the server's call_tool (a direct call in Python)
+            checked = check_search({"query": query, "k": k, "filters": filters, "under": under, "rerank": rerank,
+                                    "images": images}, path=service.paths.taken)
         results, pictures = await _in_thread(partial(service.search, checked))
         return [TextContent(type="text", text=json.dumps({"query": query, "results": results}, ensure_ascii=False)),
                 *image_blocks(pictures)]
@@ -133,7 +151,7 @@ def build_mcp(service: StoreService, *, host: str = "127.0.0.1", port: int = 876
 
     @mcp.tool(name="list", structured_output=False)
     async def list_documents(where: dict[str, Any] | None = None, limit: int = 50, offset: int = 0) -> str:
-        """List the stored documents (id, title, source, pages, metadata).
+        """List the stored documents (id, title, source, total_pages, metadata).
 
         Args:
             where: a Chroma `where` filter on document metadata.

@@ -2,20 +2,21 @@
 
 One rule for all: known fields only (an unknown one is named in the refusal), JSON types taken as they are (``"5"``
 is not a number, ``"false"`` is not a boolean, ``true`` is not a count), and bounds stated in the message. The
-search options are the schema's (:mod:`docpc_retrievers.options`): their descriptions and checks come from there,
+search options are the schema's (:mod:`docpc_retrievers.retrievers.schema`): their descriptions and checks come from there,
 with the server's own limits on top, because a server answers strangers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from docpc_retrievers.config import DEFAULT_TOP_K
 from docpc_retrievers.errors import DocPCError
 from docpc_retrievers.filters import check_where
-from docpc_retrievers.options import BY_NAME
+from docpc_retrievers.retrievers.options import SEARCH_OPTIONS, SearchOptions
+from docpc_retrievers.retrievers.schema import Option
 
 __all__ = [
     "LIMITS", "ExplainRequest", "ListRequest", "RequestError", "SearchRequest", "check_explain", "check_info",
@@ -31,10 +32,8 @@ class Limits:
     """A query's length in characters (the encoder's time grows with it; a normal question is under 300)."""
     query_tokens: int = 512
     """A query's length in the model's tokens (checked by the service, which holds the tokenizer)."""
-    k: int = 100
     images: int = 10
     list_limit: int = 1000
-    under_paths: int = 100
     body_bytes: int = 1_000_000
     json_depth: int = 32
 
@@ -52,11 +51,11 @@ class RequestError(DocPCError):
 
 @dataclass(frozen=True)
 class SearchRequest:
+    """A checked search request: its query, the search's options (checked once, as every front end's are) and
+    how many of the top hits come back with their best page as a picture."""
+
     query: str
-    k: int = DEFAULT_TOP_K
-    filters: dict[str, Any] | None = None
-    under: tuple[str, ...] = ()
-    rerank: bool = False
+    options: SearchOptions
     images: int = 0
 
 
@@ -73,12 +72,12 @@ class ListRequest:
     offset: int = 0
 
 
+SERVED: dict[str, Option] = {o.server: o for o in SEARCH_OPTIONS if o.server}
+"""The search options a request may carry, by their field name (the schema's ``server``); the others are the
+server's own settings."""
 SEARCH_FIELDS = {
     "query": "what to look for, in words",
-    "k": BY_NAME["top_k"].doc,
-    "filters": BY_NAME["filters"].doc,
-    "under": BY_NAME["under"].doc,
-    "rerank": BY_NAME["rerank"].doc,
+    **{name: o.doc for name, o in SERVED.items()},
     "images": "how many of the top results also return their best page as an image",
 }
 """The search request's fields and what each means (the option schema's words where it is one of its options)."""
@@ -132,16 +131,36 @@ def _where(args: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     return dict(value) or None
 
 
-def _under(args: Mapping[str, Any]) -> tuple[str, ...]:
-    value = args.get("under")
+def _paths(args: Mapping[str, Any], name: str, most: int) -> list[str] | None:
+    value = args.get(name)
     if value is None:
-        return ()
+        return None
     paths = [value] if isinstance(value, str) else value
     if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
-        raise RequestError(f"under must be a path or a list of paths (strings), got {value!r}")
-    if len(paths) > LIMITS.under_paths:
-        raise RequestError(f"under names {len(paths)} paths; at most {LIMITS.under_paths}")
-    return tuple(paths)
+        raise RequestError(f"{name} must be a path or a list of paths (strings), got {value!r}")
+    if len(paths) > most:
+        raise RequestError(f"{name} names {len(paths)} paths; at most {most}")
+    return paths
+
+
+def _served(args: Mapping[str, Any], name: str, option: Option, path: Callable[[str], str]) -> Any:
+    """A request field as JSON gives it (no conversion: ``"5"`` is not a count), within the server's bounds; the
+    option's own check is :class:`SearchOptions`'."""
+    kind = option.cli_kind
+    if kind == "count":
+        low = int((option.bounds or {}).get("ge", 1))
+        return _count(args, name, option.default, low, option.server_max or 2**31)
+    if kind == "flag":
+        return _flag(args, name)
+    if kind == "json":
+        value = args.get(name)
+        if value is not None and not isinstance(value, Mapping):
+            raise RequestError(f"{name} must be a JSON object (a Chroma where filter), got {value!r}")
+        return value
+    if kind == "paths":
+        paths = _paths(args, name, option.server_max or 2**31)
+        return None if paths is None else [path(p) for p in paths]
+    return args.get(name, option.default)
 
 
 def _flag(args: Mapping[str, Any], name: str) -> bool:
@@ -151,13 +170,21 @@ def _flag(args: Mapping[str, Any], name: str) -> bool:
     return value
 
 
-def check_search(args: Mapping[str, Any]) -> SearchRequest:
-    """A search request (``query``, ``k``, ``filters``, ``under``, ``rerank``, ``images``), checked."""
+def check_search(args: Mapping[str, Any], *, path: Callable[[str], str] = str) -> SearchRequest:
+    """A search request (``query``, the served options of :data:`SERVED`, ``images``), checked once: the JSON types
+    and the server's bounds here, each option's own check by :class:`SearchOptions`, with the request's field names
+    in the message. ``path``: how a path the client sent is read (the service's shared folder)."""
     _known(args, SEARCH_FIELDS, "search")
-    return SearchRequest(
-        query=_query(args), k=_count(args, "k", DEFAULT_TOP_K, 1, LIMITS.k), filters=_where(args, "filters"),
-        under=_under(args), rerank=_flag(args, "rerank"), images=_count(args, "images", 0, 0, LIMITS.images),
-    )
+    query = _query(args)
+    values = {o.name: _served(args, name, o, path) for name, o in SERVED.items() if name in args}
+    try:
+        options = SearchOptions.build(**values)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        for name, o in SERVED.items():
+            message = re.sub(rf"\b{o.name}\b", name, message) if name != o.name else message
+        raise RequestError(message) from None
+    return SearchRequest(query, options, images=_count(args, "images", 0, 0, LIMITS.images))
 
 
 def check_explain(args: Mapping[str, Any]) -> ExplainRequest:

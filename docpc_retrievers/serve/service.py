@@ -21,11 +21,11 @@ from docpc_retrievers.results import SearchResult
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.serve.paths import PathDisplay
 from docpc_retrievers.serve.store_watch import StoreWatch
-from docpc_retrievers.serve.requests import LIMITS, ExplainRequest, ListRequest, RequestError, SearchRequest
+from docpc_retrievers.serve.requests import LIMITS, SERVED, ExplainRequest, ListRequest, RequestError, SearchRequest
 
 __all__ = ["MAX_K", "PageImage", "ServiceError", "StoreService"]
 
-MAX_K = LIMITS.k
+MAX_K = SERVED["k"].server_max
 """Most results one request may ask for."""
 
 
@@ -98,9 +98,7 @@ class StoreService:
     def search_results(self, request: SearchRequest) -> list[SearchResult]:
         """:meth:`DocPCIndex.search` for a checked request (its query at most ``LIMITS.query_tokens`` tokens)."""
         self.check_tokens(request.query)
-        under = [self.paths.taken(p) for p in request.under] or None
-        return self.index.search(request.query, request.k, filters=request.filters, under=under,
-                                 rerank=request.rerank)
+        return self.index.search_with([request.query], request.options)[0]
 
     def check_tokens(self, query: str) -> None:
         """RequestError (413) for a query longer than the limit in the tokens the encoder will see."""

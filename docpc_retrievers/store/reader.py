@@ -319,7 +319,8 @@ class StoreReader:
                      ids: Iterable[str] | None = None, n_candidates: int | None = None, exhaustive: bool = False,
                      aggregate: str = "max", with_text: bool = False, with_vectors: bool = False,
                      with_grid: bool = False) -> list[list[ScoredDocument]]:
-        """Top documents per query by MaxSim, best first (the options as :meth:`MultiVectorStore.search_batch`)."""
+        """Top documents per query by MaxSim, best first (the options as :meth:`MultiVectorStore.search_batch`; a filter
+        checked already, as a search's options carry it, is not checked again)."""
         if top_k < 0:
             raise ValueError("top_k must be >= 0")
         if aggregate not in AGGREGATES:

@@ -1,7 +1,7 @@
 """``DocPCRetriever``: LangChain retriever over a DocPC index, one ``Document`` per ranked PDF.
 
-Options come from the schema (:mod:`docpc_retrievers.options`), hits from
-:mod:`docpc_retrievers.hits`; LangChain's ``search_type`` and ``search_kwargs``
+Options come from the schema (:mod:`docpc_retrievers.retrievers.schema`), hits from
+:mod:`docpc_retrievers.retrievers.hits`; LangChain's ``search_type`` and ``search_kwargs``
 from :mod:`langchain_docpc.search_kwargs`. This module maps hits to ``Document``.
 """
 
@@ -12,18 +12,27 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import PathLike
-from docpc_retrievers.hits import retrieve
-from docpc_retrievers.retriever_options import RetrieverOptions
-from docpc_retrievers.adapters import b64_png, check_known
-from docpc_retrievers.retriever_parts import StoreEditing
-from docpc_retrievers.adapters import build_index, open_index, save_options, saved_options, split_build_options
-from docpc_retrievers.config import DEFAULT_TOP_K
-from docpc_retrievers.options import DEFAULT_PAGE_DPI, OPTIONS, framework_names, search_aliases
-from docpc_retrievers.encoders import Encoder
-from docpc_retrievers.results import Hit
-from docpc_retrievers.store.layout import StoreLayout
+from docpc_retrievers.retrievers import (
+    DEFAULT_PAGE_DPI,
+    DEFAULT_TOP_K,
+    OPTIONS,
+    DocPCIndex,
+    Encoder,
+    Hit,
+    PathLike,
+    RetrieverOptions,
+    StoreEditing,
+    b64_png,
+    check_known,
+    framework_names,
+    open_index,
+    options_help,
+    retrieve,
+    retriever_from_pdfs,
+    save_options,
+    saved_options_at,
+    search_aliases,
+)
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -118,24 +127,22 @@ class DocPCRetriever(StoreEditing, _OptionFields):
         ``model``, ``encoder``, ``strategy``, ``pages``, ``settings``, ``progress``, ``workers`` and ``encoder_kwargs``
         configure the index; ``prune=True`` makes a ``persist_dir`` store mirror ``paths`` (documents whose source
         under them is gone are deleted); ``metadata`` attaches your keys (a dict, or ``path -> dict``), filterable
-        like the built-in ones (see :func:`docpc_retrievers.adapters.build_index`); other ``kwargs`` are retriever
+        like the built-in ones (see :func:`docpc_retrievers.retrievers.build_index`); other ``kwargs`` are retriever
         fields (k, filter, ...). Without ``persist_dir`` a temporary store is deleted by :meth:`close`.
         """
-        index = build_index(paths, persist_dir=persist_dir, password=password, **split_build_options(kwargs))
-        try:
-            retriever = cls(index=index, password=password, **kwargs)
-            if persist_dir is not None:
-                save_options(index.layout, retriever.options())
-        except BaseException:
-            index.close()
-            raise
-        retriever._owns_index = True
-        return retriever
+
+        def make(index: DocPCIndex, options: dict[str, Any]) -> DocPCRetriever:
+            retriever = cls(index=index, password=password, **options)
+            retriever._owns_index = True
+            return retriever
+
+        return retriever_from_pdfs(paths, kwargs, make, lambda r: save_options(r.index.layout, r.options()),
+                                   persist_dir=persist_dir, password=password)
 
     @classmethod
     def from_persist_dir(cls, persist_dir: PathLike, **kwargs: Any) -> DocPCRetriever:
         """Open a store read-only; options saved with it are restored and ``kwargs`` override them."""
-        saved = saved_options(StoreLayout.at(persist_dir))
+        saved = saved_options_at(persist_dir)
         saved = {next((f for f, o in _RENAMED.items() if o == k), k): v for k, v in saved.items()}
         return cls(persist_dir=str(persist_dir), **{**saved, **kwargs})
 
@@ -170,6 +177,9 @@ class DocPCRetriever(StoreEditing, _OptionFields):
     ) -> list[Document]:
         """The sync search in a worker thread, so the event loop keeps running while the query encodes."""
         return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(), **kwargs)
+
+
+DocPCRetriever.__doc__ = f"{DocPCRetriever.__doc__}\n{options_help('langchain')}\n"
 
 
 def _document(hit: Hit) -> Document:

@@ -1,7 +1,7 @@
 """LangChain's own ways of asking: ``search_type`` (MMR refused with the reason) and ``search_kwargs``.
 
 They mean nothing to the core or to LlamaIndex, so they live here; the options they carry are the schema's
-(``docpc_retrievers.options``) and are checked there.
+(``docpc_retrievers.retrievers.schema``) and are checked there.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from docpc_retrievers.adapters import check_known
+from docpc_retrievers.retrievers import check_known
 
 __all__ = ["SEARCH_TYPES", "check_search_type", "merge_search_kwargs"]
 

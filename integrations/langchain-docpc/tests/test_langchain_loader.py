@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from docpc_retrievers import adapters
+from docpc_retrievers.retrievers import loading
 from docpc_retrievers.testing.support import (
     ENCRYPTED,
     ENCRYPTED_PASSWORD,
@@ -48,13 +48,13 @@ def test_one_document_per_pdf(small_pdfs: list[Path]) -> None:
 
 def test_lazy_load_is_a_lazy_generator(small_pdfs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    original = adapters.represent_pdf
+    original = loading.represent_pdf
 
     def counting(path: Path, *args: object, **kwargs: object) -> object:
         calls.append(Path(path))
         return original(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(adapters, "represent_pdf", counting)
+    monkeypatch.setattr(loading, "represent_pdf", counting)
     gen = DocPCLoader(small_pdfs).lazy_load()
     assert inspect.isgenerator(gen)
     assert calls == []

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from docpc_retrievers import adapters
+from docpc_retrievers.retrievers import loading
 from docpc_retrievers.testing.support import (
     ENCRYPTED,
     ENCRYPTED_PASSWORD,
@@ -67,13 +67,13 @@ def test_strategy_and_pages_are_used(small_pdfs: list[Path]) -> None:
 
 def test_lazy_load_is_lazy(small_pdfs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    original = adapters.represent_pdf
+    original = loading.represent_pdf
 
     def counting(path: Path, *args: object, **kwargs: object) -> object:
         calls.append(Path(path))
         return original(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(adapters, "represent_pdf", counting)
+    monkeypatch.setattr(loading, "represent_pdf", counting)
     gen = DocPCReader().lazy_load_data(small_pdfs)
     assert inspect.isgenerator(gen)
     assert calls == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from docpc_retrievers.adapters import IMAGE_MIME_TYPE
+from docpc_retrievers.retrievers import IMAGE_MIME_TYPE
 
 __all__ = ["EXCLUDED_EMBED_METADATA_KEYS", "EXCLUDED_LLM_METADATA_KEYS", "IMAGE_MIMETYPE"]
 

@@ -2,7 +2,7 @@
 
 Why: LlamaIndex users compose retrievers into query engines and evaluators;
 this adapter makes a :class:`docpc_retrievers.DocPCIndex` one of them. Options,
-search and images come from :mod:`docpc_retrievers.adapters`; this module
+search and images come from :mod:`docpc_retrievers.retrievers`; this module
 only maps hits to LlamaIndex's types.
 """
 
@@ -13,16 +13,29 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from docpc_retrievers import DocPCIndex
-from docpc_retrievers.adapters import DEFAULT_PAGE_DPI, RETRIEVER_OPTIONS_FILE, PathLike, ReturnImages, build_index
-from docpc_retrievers.adapters import check_known, open_index, save_options, saved_options
-from docpc_retrievers.hits import retrieve
-from docpc_retrievers.retriever_options import RetrieverOptions
-from docpc_retrievers.adapters import split_build_options
-from docpc_retrievers.retriever_parts import StoreEditing
-from docpc_retrievers.config import DEFAULT_TOP_K
-from docpc_retrievers.options import framework_names
-from docpc_retrievers.encoders import Encoder
+import inspect
+
+from docpc_retrievers.retrievers import (
+    BY_NAME,
+    DEFAULT_PAGE_DPI,
+    DEFAULT_TOP_K,
+    RETRIEVER_OPTIONS_FILE,
+    DocPCIndex,
+    Encoder,
+    PathLike,
+    RetrieverOptions,
+    ReturnImages,
+    StoreEditing,
+    check_known,
+    framework_names,
+    open_index,
+    option_parameters,
+    options_help,
+    retrieve,
+    retriever_from_pdfs,
+    save_options,
+    saved_options,
+)
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
@@ -49,19 +62,11 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
     ``NodeWithScore`` per document, best first: an ``ImageNode`` whose id is the
     document id, text the text of the selected pages and image the grid PNG (base64).
 
-    Options (attributes, changeable between queries): ``similarity_top_k``;
-    ``filters`` (``MetadataFilters`` or a Chroma ``where`` dict); ``aggregate``
-    (page-mode stores: ``max``, ``mean``, ``sum``); ``rerank`` with
-    ``rerank_top_n``, ``page_budget``, ``grid_weight``; ``image_format`` (None: as stored); ``return_images``
-    (``"grid"``; ``"pages"``: the page behind most of the score as the node's image, every selected page in
-    ``page_images_base64`` and their numbers in ``page_numbers``, still one node per document;
-    ``"evidence"``: the grid with the query's heat and outlined pages as a PNG; or None) and ``page_dpi``; ``candidates`` (documents the first stage keeps for exact
-    scoring; None: the store's own count; more: higher recall on large stores, slower); ``under`` (folders or files
-    whose documents alone are searched, as ``delete`` matches them); ``score_threshold`` (a raw MaxSim score, no
-    fixed scale) and ``min_score_ratio`` (a share of the top hit's score) drop weak hits. ``password`` opens
-    encrypted sources; ``owns_index`` closes the index in :meth:`close`. Node
-    metadata: the stored keys plus ``score``, ``rank``, ``evidence_pages`` and,
-    after reranking, ``reranked`` and ``grid_score``.
+    ``filters`` takes LlamaIndex's ``MetadataFilters`` or a Chroma ``where`` dict. With ``return_images="pages"``
+    the node's image is the page behind most of the score, every selected page is in ``page_images_base64`` and
+    their numbers in ``page_numbers``, still one node per document. ``password`` opens encrypted sources;
+    ``owns_index`` closes the index in :meth:`close`. Node metadata: the stored keys plus ``score``, ``rank``,
+    ``evidence_pages`` and, after reranking, ``reranked`` and ``grid_score``.
     """
 
     def __init__(
@@ -80,10 +85,9 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
             raise TypeError(f"index must be a docpc_retrievers.DocPCIndex, not {type(index).__name__}")
         check_known(options, [*_OPTION_ATTRS, "filters", "password", "owns_index", "callback_manager", "verbose"],
                     "DocPCRetriever")
-        defaults = RetrieverOptions()
         for name, core in framework_names("llamaindex").items():
             if name not in ("similarity_top_k", "filters"):
-                setattr(self, name, options.pop(name, getattr(defaults, core)))
+                setattr(self, name, options.pop(name, BY_NAME[core].default))
         self._index, self.similarity_top_k, self.filters = index, similarity_top_k, filters
         self._password, self._owns_index = password, owns_index
         self.options()  # every option fails now, not at the first query
@@ -105,19 +109,14 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
         ``encoder_kwargs`` configure the index; ``prune=True`` makes a ``persist_dir`` store mirror
         ``paths`` (documents whose source under them is gone are deleted); ``metadata`` attaches your
         keys (a dict, or ``path -> dict``), filterable like the built-in ones
-        (see :func:`docpc_retrievers.adapters.build_index`);
+        (see :func:`docpc_retrievers.retrievers.build_index`);
         other ``kwargs`` are retriever options. Without ``persist_dir`` a temporary store is
         deleted by :meth:`close` (keep it with :meth:`persist`).
         """
-        index = build_index(paths, persist_dir=persist_dir, password=password, **split_build_options(kwargs))
-        try:
-            retriever = cls(index, password=password, owns_index=True, **kwargs)
-            if persist_dir is not None:
-                retriever.persist(persist_dir)
-            return retriever
-        except BaseException:
-            index.close()
-            raise
+        return retriever_from_pdfs(
+            paths, kwargs, lambda index, options: cls(index, password=password, owns_index=True, **options),
+            lambda retriever: retriever.persist(persist_dir),  # type: ignore[arg-type]
+            persist_dir=persist_dir, password=password)
 
     @classmethod
     def from_persist_dir(
@@ -191,3 +190,19 @@ class DocPCRetriever(StoreEditing, BaseRetriever):
         return (f"{type(self).__name__}(path={str(self._index.path)!r}, similarity_top_k={self.similarity_top_k}, "
                 f"return_images={self.return_images!r}, rerank={self.rerank})")
 
+
+def _signature() -> inspect.Signature:
+    """``__init__``'s signature with every option of the schema by name, so ``help()`` and completion show them."""
+    p = inspect.Parameter
+    return inspect.Signature([
+        p("self", p.POSITIONAL_OR_KEYWORD), p("index", p.POSITIONAL_OR_KEYWORD, annotation=DocPCIndex),
+        *option_parameters("llamaindex", {"filters": MetadataFilters | Mapping[str, Any] | None}),
+        p("password", p.KEYWORD_ONLY, default=None, annotation=str | None),
+        p("owns_index", p.KEYWORD_ONLY, default=False, annotation=bool),
+        p("callback_manager", p.KEYWORD_ONLY, default=None, annotation=CallbackManager | None),
+        p("verbose", p.KEYWORD_ONLY, default=False, annotation=bool),
+    ], return_annotation=None)
+
+
+DocPCRetriever.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
+DocPCRetriever.__doc__ = f"{DocPCRetriever.__doc__}\n{options_help('llamaindex')}\n"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from docpc_retrievers.adapters import b64_png
-from docpc_retrievers.results import Hit
+from docpc_retrievers.retrievers import Hit, b64_png
 from llama_index.core.schema import ImageNode, NodeRelationship, NodeWithScore, RelatedNodeInfo
 
 from ._common import EXCLUDED_EMBED_METADATA_KEYS, EXCLUDED_LLM_METADATA_KEYS

@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from docpc_retrievers.adapters import PathLike, b64_png, compose_pdfs
-from docpc_retrievers.config import GridSpec
-from docpc_retrievers.documents.composition import DEFAULT_CELL_SIZE
-from docpc_retrievers.documents.user_metadata import UserMetadata
+from docpc_retrievers.retrievers import GridSpec, PathLike, UserMetadata, b64_png, compose_pdfs, grid_spec
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import Document, ImageDocument
 
@@ -36,8 +33,8 @@ class DocPCReader(BaseReader):
     Works as a ``SimpleDirectoryReader`` file extractor for ``.pdf``.
 
     Args:
-        strategy, pages, grid, cell_size, seed: page selection and grid, as in
-            :class:`docpc_retrievers.IndexSettings`.
+        spec: page selection and grid (:class:`docpc_retrievers.GridSpec`; default First-4 in 2x2), or its
+            fields as keywords: ``strategy``, ``pages``, ``grid``, ``cell_size``, ``seed``.
         password: opens encrypted PDFs.
         raise_on_error: raise :class:`docpc_retrievers.PDFLoadError` instead of skipping.
         metadata: your keys, a dict for every file or a callable ``path -> dict``, merged over each
@@ -46,18 +43,15 @@ class DocPCReader(BaseReader):
 
     def __init__(
         self,
+        spec: GridSpec | None = None,
         *,
-        strategy: str = "first",
-        pages: int = 4,
-        grid: tuple[int, int] | None = None,
-        cell_size: tuple[int, int] = DEFAULT_CELL_SIZE,
-        seed: int = 0,
         password: str | None = None,
         raise_on_error: bool = False,
         metadata: UserMetadata = None,
+        **grid: Any,
     ) -> None:
         self.metadata = metadata
-        self.settings = GridSpec(strategy=strategy, pages=pages, grid=grid, cell_size=cell_size, seed=seed)
+        self.settings = grid_spec(spec, grid)
         self.password = password
         self.raise_on_error = raise_on_error
 

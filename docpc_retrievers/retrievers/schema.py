@@ -1,23 +1,27 @@
-"""Every option a search or a retriever takes, defined once: its name in the core and in each framework, its
-default, type, description and check. The retrievers' fields and attributes, LangChain's ``search_kwargs``
-spellings, the options saved with a store and the checks all derive from :data:`OPTIONS`; adding an option is
-one entry here (plus, for a search option, its use in :class:`~docpc_retrievers.config.SearchOptions`).
+"""Every option a search or a retriever takes, defined once: its name in the core, in each framework, on the
+command line and in the server's requests, its default, type, bounds, description and check.
 
-Checks of what a search does with an option (``top_k``, ``filters``, ``aggregate``, the rerank settings,
-``candidates``, ``under``) live with :class:`~docpc_retrievers.config.SearchOptions`, which every search builds;
-the checks here are those of how hits are presented (images, thresholds).
+Everything else derives from :data:`OPTIONS`: the checked options value (``options.py``: :class:`SearchOptions`
+and the retrievers' :class:`RetrieverOptions`), ``DocPCIndex.search``'s keywords, the LangChain fields and the
+LlamaIndex attributes, LangChain's ``search_kwargs`` spellings, the command line's flags (and which of them
+``--server`` cannot send), the server's request fields and their bounds. Adding an option is one entry here plus
+its use; no list elsewhere names them.
+
+Options with ``search=True`` reach the store; the others (images, dpi, format, thresholds) shape the hits.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate
+from docpc_retrievers.config import DEFAULT_TOP_K, Aggregate, RerankSettings, folders
+from docpc_retrievers.filters import check_where
 
 __all__ = ["BY_NAME", "DEFAULT_PAGE_DPI", "IMAGE_FORMATS", "OPTIONS", "RETURN_IMAGES", "ImageFormat", "Option", "ReturnImages",
-           "framework_names", "search_aliases"]
+           "framework_names", "option_parameters", "options_help", "search_aliases"]
 
 #: Resolution of page images rendered on demand (``return_images="pages"``).
 DEFAULT_PAGE_DPI = 144.0
@@ -57,6 +61,18 @@ def _flag(value: Any) -> None:
         raise ValueError(f"rerank must be True or False, got {value!r}")
 
 
+def _where(value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"filters must be a Chroma where dict, got {type(value).__name__}")
+    return check_where(dict(value)) or None  # a malformed filter fails here, before a model loads
+
+
+def _folders(value: Any) -> tuple[str, ...]:
+    return folders(value)
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its core ``name`` and ``default``, the ``annotation`` frameworks declare, what it does
@@ -82,32 +98,74 @@ class Option:
     ``choice`` (one of the annotation's values)."""
     cli_kind: str = ""
     cli_help: str = ""
+    server: str = ""
+    """Its field in the server's search requests (JSON API and MCP; none: the server's own settings apply)."""
+    server_max: int | None = None
+    """The most a server request may ask for (a count, or paths for ``under``): a server answers strangers."""
+    normalize: Callable[[Any], Any] | None = None
+    """Checks a value and returns the form the search keeps (a filter checked, folders resolved)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "langchain", self.langchain or self.name)
         object.__setattr__(self, "llamaindex", self.llamaindex or self.name)
 
+    def validate(self, value: Any) -> Any:
+        """``value`` checked as this option takes it (ValueError or TypeError naming the option), in the form a
+        search keeps. The one check of an option: the checked options value runs it once, nothing below re-checks."""
+        if self.normalize is not None:
+            return self.normalize(value)
+        if self.check is not None:
+            self.check(value)
+            return value
+        if value is None and self.nullable:
+            return None
+        union = getattr(self.annotation, "__args__", None) if getattr(self.annotation, "__origin__", None) is not Literal else None
+        kind = next((a for a in union if a is not type(None)), self.annotation) if union else self.annotation
+        low = (self.bounds or {}).get("ge")
+        high = (self.bounds or {}).get("le")
+        if getattr(kind, "__origin__", None) is Literal:
+            allowed = kind.__args__
+            if value not in allowed:
+                raise ValueError(f"{self.name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+            return value
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+                extra = " (or None: the default)" if self.nullable else ""
+                raise ValueError(f"{self.name} must be an integer >= {low}{extra}, got {value!r}")
+            return value
+        if kind is float:
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or (low is not None and value < low)
+                    or (high is not None and value > high)):
+                raise ValueError(f"{self.name} must be a number from {low} to {high}, got {value!r}")
+            return float(value)
+        return value
+
+
+_RERANK = RerankSettings()
+"""Reranking's defaults, stated by :class:`RerankSettings` alone."""
 
 OPTIONS: tuple[Option, ...] = (
     Option("top_k", DEFAULT_TOP_K, int, "Documents to return; 0 returns nothing, more than the corpus returns the "
            "whole corpus.", langchain="k", llamaindex="similarity_top_k", aliases=("top_k",), bounds={"ge": 0},
-           cli=("-k", "--top-k"), cli_kind="count", cli_help=f"results to return (default {DEFAULT_TOP_K}, at least 1)"),
+           cli=("-k", "--top-k"), cli_kind="count", cli_help=f"results to return (default {DEFAULT_TOP_K}, 0 returns nothing)",
+           server="k", server_max=100),
     Option("filters", None, dict[str, Any] | None, 'Chroma ``where`` filter on stored metadata, e.g. '
            '``{"total_pages": {"$gte": 2}}``.', nullable=True, langchain="filter", aliases=("filters",),
-           cli=("--where",), cli_kind="json", cli_help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\''),
+           cli=("--where",), cli_kind="json", cli_help='Chroma metadata filter as JSON, e.g. \'{"author": "Ada"}\'',
+           normalize=_where, server="filters"),
     Option("aggregate", "max", Aggregate, "Page-mode stores: page scores combined by MaxP (``max``), AvgP "
            "(``mean``) or SumP (``sum``).", cli=("--aggregate",), cli_kind="choice",
            cli_help="page-mode stores only: MaxP (max, default), AvgP or SumP"),
     Option("rerank", False, bool, "Grid-then-page reranking: rescore the top documents from some of their pages "
            "at full resolution.", check=_flag, cli=("--rerank",), cli_kind="flag",
-           cli_help="grid-then-page: rescore the top documents page by page"),
-    Option("rerank_top_n", None, int | None, "Documents reranked (core default 20).", nullable=True,
-           bounds={"ge": 1}, cli=("--rerank-top-n",), cli_kind="count", cli_help="documents to rerank (default 20)"),
-    Option("page_budget", None, int | None, "Pages encoded per reranked document (core default 4).", nullable=True,
-           bounds={"ge": 1}, cli=("--page-budget",), cli_kind="count",
-           cli_help="pages encoded per reranked document (default 4)"),
-    Option("grid_weight", None, float | None, "Weight of the grid score in the fused score (core default 0.5).",
-           nullable=True, bounds={"ge": 0.0, "le": 1.0}),
+           cli_help="grid-then-page: rescore the top documents page by page", server="rerank"),
+    Option("rerank_top_n", _RERANK.top_n, int | None, "Documents reranked.", bounds={"ge": 1},
+           cli=("--rerank-top-n",), cli_kind="count", cli_help=f"documents to rerank (default {_RERANK.top_n})"),
+    Option("page_budget", _RERANK.page_budget, int | None, "Pages encoded per reranked document.", bounds={"ge": 1},
+           cli=("--page-budget",), cli_kind="count",
+           cli_help=f"pages encoded per reranked document (default {_RERANK.page_budget})"),
+    Option("grid_weight", _RERANK.grid_weight, float | None, "Weight of the grid score in the fused score.",
+           bounds={"ge": 0.0, "le": 1.0}),
     Option("return_images", "grid", ReturnImages, '``"grid"``: the composed grid; ``"pages"``: the selected pages; '
            '``"evidence"``: the grid with the query\'s heat and outlined pages (PNG, why it matched); None: no image.',
            nullable=True, search=False, check=_one_of("return_images", RETURN_IMAGES, "'grid', 'pages', 'evidence' or None")),
@@ -122,7 +180,8 @@ OPTIONS: tuple[Option, ...] = (
                     "recall on large stores, slower"),
     Option("under", None, str | list[str] | None, "Search only the documents of these folders (or files), matched "
            "by path as ``delete`` matches a folder.", nullable=True, cli=("--under",), cli_kind="paths",
-           cli_help="search only the documents of this folder or file (repeat for several)"),
+           cli_help="search only the documents of this folder or file (repeat for several)", normalize=_folders,
+           server="under", server_max=100),
     Option("score_threshold", None, float | None, "Drop hits scoring below this raw MaxSim score (no fixed scale: "
            "it grows with the query's length).", nullable=True, search=False, check=_number_or_none),
     Option("min_score_ratio", None, float | None, "Drop hits scoring below this share of the top hit's score "
@@ -138,6 +197,23 @@ BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 def framework_names(framework: Literal["langchain", "llamaindex"]) -> dict[str, str]:
     """The framework's name of each option -> its core name (``k`` -> ``top_k`` for LangChain)."""
     return {getattr(o, framework): o.name for o in OPTIONS}
+
+
+def options_help(framework: Literal["langchain", "llamaindex"], indent: str = "    ") -> str:
+    """Every option as the framework spells it, with its default and what it does: the section of a retriever's
+    docstring that ``help()`` shows (written from the schema, so it cannot fall behind it)."""
+    lines = ["Options (keyword arguments, and attributes changeable between queries):", ""]
+    for o in OPTIONS:
+        lines.append(f"    {getattr(o, framework)} (default {o.default!r}): {' '.join(o.doc.split())}")
+    return indent + f"\n{indent}".join(lines)
+
+
+def option_parameters(framework: Literal["langchain", "llamaindex"],
+                      annotations: Mapping[str, Any] | None = None) -> list[inspect.Parameter]:
+    """Every option as a keyword-only parameter named as the framework names it, for a retriever's generated
+    signature (``annotations``: the framework's own type for an option, by core name)."""
+    return [inspect.Parameter(getattr(o, framework), inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                              annotation=(annotations or {}).get(o.name, o.annotation)) for o in OPTIONS]
 
 
 def search_aliases() -> dict[str, str]:

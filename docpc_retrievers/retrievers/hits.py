@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docpc_retrievers.errors import DocumentNotFoundError
 from docpc_retrievers.grid_previews import GRID_MIME_TYPE
 from docpc_retrievers.image_bytes import MIME_TYPES, convert_image, png_bytes
-from docpc_retrievers.index import DocPCIndex
-from docpc_retrievers.queries import check_query
 from docpc_retrievers.results import Hit, SearchResult
-from docpc_retrievers.retriever_options import RetrieverOptions
+from docpc_retrievers.retrievers.options import RetrieverOptions
+
+if TYPE_CHECKING:
+    from docpc_retrievers.index import DocPCIndex
 
 __all__ = ["DROPPED_METADATA_KEYS", "IMAGE_MIME_TYPE", "above_thresholds", "clean_metadata", "result_metadata",
            "retrieve"]
@@ -35,11 +36,10 @@ DROPPED_METADATA_KEYS: frozenset[str] = frozenset({"token_grid"})
 
 def retrieve(index: DocPCIndex, query: object, options: RetrieverOptions) -> list[Hit]:
     """Search ``index`` and return hits with text, metadata and the pictures ``options`` ask for, best first."""
-    text_query = check_query(query)
     # Text and grid read with each hit, so a document deleted meanwhile is replaced in the store, not failed here.
-    search = replace(options.search_options(), texts=True, grids=options.return_images == "grid")
-    results = above_thresholds(index.search_with([text_query], search)[0], options)
-    logger.debug("DocPC retrieved %d documents for %r", len(results), text_query)
+    search = options.search_options().reading(texts=True, grids=options.return_images == "grid")
+    results = above_thresholds(index.search_with([query], search)[0], options)  # type: ignore[list-item]
+    logger.debug("DocPC retrieved %d documents for %r", len(results), query)
     return [_hit(index, r, r.text or "", options) for r in results]
 
 

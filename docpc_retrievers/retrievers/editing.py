@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from docpc_retrievers.adapters import PathLike, path_list
+from docpc_retrievers.retrievers.arguments import PathLike, path_list
 from docpc_retrievers.documents.user_metadata import UserMetadata
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.results import IndexReport
