@@ -33,6 +33,7 @@ from docpc_retrievers.search import Searcher, check_queries
 from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.layout import StoreLayout
 from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.shards import ShardedStore, open_store
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "DEFAULT_PAGE_SIZE", "MODES", "DocPCIndex", "IndexSettings"]
 
@@ -45,7 +46,7 @@ def recorded_index_settings(path: str | os.PathLike[str], *, host: str | None = 
     if host is None and not layout.manifest.exists():
         return None
     try:
-        with MultiVectorStore(layout.root, host=host, port=port, collection=collection) as store:
+        with open_store(layout.root, host=host, port=port, collection=collection) as store:
             recorded = store.settings.get("index")
     except Exception:  # not a store yet (an empty folder, a collection not created): the new-store defaults
         return None
@@ -58,6 +59,8 @@ class DocPCIndex:
     The encoder loads on first use, from the store's model unless ``model``/``encoder`` is given
     (another raises :class:`ModelMismatchError`); ``encoder_kwargs`` configure it. ``path=None``: a
     temporary store; ``host``/``port``: a Chroma server; ``store_grids``: ``settings.grid_previews`` (None: recorded).
+    ``shards``: a new store in this many shards (store/shards.py: each document in the shard its id hashes to, a
+    search merged from the shards' exact top k); an existing store's recorded count is found by itself.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class DocPCIndex:
         collection: str = "docpc",
         encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
         store_grids: bool | None = None,
+        shards: int | None = None,
     ) -> None:
         self._encoders = EncoderLoader(
             encoder=encoder, model=model, options=encoder_kwargs,
@@ -83,7 +87,8 @@ class DocPCIndex:
         self.layout = StoreLayout.at(self._temp_dir or path)  # type: ignore[arg-type]
         self.path: Path = self.layout.root
         writable = writable or self._temp_dir is not None
-        self._store = MultiVectorStore(self.path, host=host, port=port, collection=collection, writable=writable)
+        self._store = open_store(self.path, shards=shards, host=host, port=port, collection=collection,
+                                 writable=writable)
         try:
             recorded = self._store.settings.get("index")
             settings = with_previews(settings, recorded, store_grids)
@@ -130,7 +135,7 @@ class DocPCIndex:
         return index
 
     @property
-    def store(self) -> MultiVectorStore:
+    def store(self) -> MultiVectorStore | ShardedStore:
         """The multi-vector store (records, vectors, first-stage search)."""
         return self._store
 

@@ -36,7 +36,7 @@ _DOC_ID = re.compile(r"^[0-9a-f]{32}$")
 RETRIEVER_OPTIONS_FILE = "docpc_retriever.json"
 """The file, inside a store's folder, that keeps the options of the framework retriever that wrote the store."""
 _STORE_ENTRIES = frozenset({"store.json", "write.lock", "chroma", "cache", "page_cache", RETRIEVER_OPTIONS_FILE,
-                            "vectors", "grids"})
+                            "vectors", "grids", "shards"})
 
 #: Left out when a store is copied: the lock, temporary files and caches that rebuild themselves.
 _NOT_COPIED = ("write.lock", ".tmp-*", "*.tmp", "page_cache", "cache")
@@ -94,6 +94,11 @@ class StoreLayout:
     def grids(self) -> Path:
         """Grid previews of a format-1 store (0.1); format 2 keeps them in Chroma."""
         return self.root / "grids"
+
+    @property
+    def shards(self) -> Path:
+        """A sharded store's shards, each a store folder of its own (``shards/<i>``)."""
+        return self.root / "shards"
 
     @property
     def cache(self) -> Path:
