@@ -3,6 +3,7 @@ that equals the whole store's, embedded and behind a real ``chroma run``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +154,21 @@ def test_an_index_in_shards_indexes_searches_and_reopens_without_being_told(
         assert isinstance(again.store, ShardedStore)
         assert [(r.id, r.score) for r in again.search("sharded document", top_k=6)] == [(r.id, r.score) for r in found]
         assert again.text(found[0].id) and again.grid_image(found[0].id).size[0] > 0
+
+
+def test_the_command_line_makes_a_sharded_store_and_info_says_so(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from docpc_retrievers.cli.app import main
+
+    for i in range(4):
+        make_pdf(tmp_path / "docs" / f"c{i}.pdf", f"command line shard {i}", 1)
+    store = str(tmp_path / "store")
+    assert main(["index", str(tmp_path / "docs"), "--store", store, "--model", str(tiny_checkpoint), "--shards", "2",
+                 "--workers", "0", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["info", "--store", store, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["shards"] == 2 and info["documents"] == 4
+    assert main(["search", "command line shard", "--store", store, "-k", "4", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 4

@@ -47,6 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("--grid", type=grid_shape_arg, help="explicit grid shape ROWSxCOLS (default: from --pages)")
     p.add_argument("--seed", type=int, help="seed for the random and cluster strategies (default 0)")
     p.add_argument("--max-visual-tokens", type=positive_int, help="visual tokens per grid (Qwen models)")
+    p.add_argument("--shards", type=positive_int,
+                   help="a new store in N shards on one Chroma deployment (each document in the shard its id hashes "
+                   "to; a search merges the shards' exact top k); an existing store keeps its count")
     p.add_argument(
         "--pool-factor", type=positive_int,
         help="keep about 1/N of each image's vectors, pooled (new stores; default 1: every vector; 2 halves the "
@@ -158,7 +161,7 @@ def run_index(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with DocPCIndex(
         args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),
-        **store_kwargs(args),
+        shards=args.shards, **store_kwargs(args),
     ) as index:
         report = index.add_pdfs(
             args.paths,
