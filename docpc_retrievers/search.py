@@ -51,6 +51,7 @@ class SearchChoices(Protocol):
     under: tuple[str, ...]
     aggregate: str
     candidates: int | None
+    exhaustive: bool
     rerank: bool
     password: str | None
     texts: bool
@@ -97,7 +98,7 @@ class Searcher:
         # meanwhile has already given its slot to the next one there, so nothing below fails on it.
         hits = self.store.search_batch(
             vectors, depth, where=options.filters, ids=within, aggregate=options.aggregate,
-            n_candidates=options.candidates, with_text=options.texts, with_vectors=True, with_grid=options.grids,
+            n_candidates=options.candidates, exhaustive=options.exhaustive, with_text=options.texts, with_vectors=True, with_grid=options.grids,
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):

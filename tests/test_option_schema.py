@@ -1,4 +1,4 @@
-"""Every retriever option is defined once (docpc_retrievers/options.py): the core's options, both frameworks'
+"""Every retriever option is defined once (docpc_retrievers/retrievers/schema.py): the core's options, both frameworks'
 fields and attributes, LangChain's search_kwargs spellings and the saved options all follow the schema."""
 
 from __future__ import annotations
@@ -85,3 +85,43 @@ def test_the_commands_search_flags_come_from_the_schema_and_are_left_out_when_no
                                                     "rerank": True, "rerank_top_n": 7, "candidates": 99}
     shown = parser.parse_args(["show", "q", "--store", "s", "--under", "x", "-k", "2"])
     assert option_values(shown, SHOW_OPTIONS) == {"top_k": 2, "under": ["x"]}
+
+
+def test_a_search_option_added_to_the_schema_reaches_every_front_end_and_the_store(
+    tiny_encoder, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+) -> None:
+    """``exhaustive`` was added as one schema entry and its use in search.py: the index's keywords, both retrievers,
+    the command line's flag, what ``--server`` refuses and what the server's requests take all follow."""
+    import inspect
+
+    from e2e_helpers import make_pdf
+    from langchain_docpc import DocPCRetriever as LangChainRetriever
+    from llama_index.retrievers.docpc import DocPCRetriever as LlamaIndexRetriever
+
+    from docpc_retrievers import DocPCIndex
+    from docpc_retrievers.cli.app import main
+    from docpc_retrievers.serve.requests import RequestError, check_search
+
+    assert "exhaustive" in inspect.signature(DocPCIndex.search).parameters
+    for i in range(3):
+        make_pdf(tmp_path / "docs" / f"e{i}.pdf", f"exhaustive option {i}", 1)
+    with DocPCIndex.from_pdfs([tmp_path / "docs"], tmp_path / "store", encoder=tiny_encoder, workers=0) as index:
+        asked: list[bool] = []
+        search_batch = index.store.search_batch
+
+        def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+            asked.append(kwargs["exhaustive"])
+            return search_batch(*args, **kwargs)
+
+        monkeypatch.setattr(index.store, "search_batch", recording)
+        exact = index.search("exhaustive option", top_k=3, exhaustive=True)
+        assert asked == [True] and [r.id for r in exact] == [r.id for r in index.search("exhaustive option", top_k=3)]
+        assert LangChainRetriever(index=index, exhaustive=True).invoke("exhaustive option") and asked[-1] is True
+        assert LlamaIndexRetriever(index, exhaustive=True).retrieve("exhaustive option") and asked[-1] is True
+        with pytest.raises(ValueError, match="exhaustive must be True or False"):
+            index.search("x", exhaustive="yes")  # type: ignore[arg-type]
+    with pytest.raises(SystemExit):
+        main(["search", "x", "--server", "http://127.0.0.1:9", "--exhaustive"])
+    assert "--exhaustive cannot be sent to a server" in capsys.readouterr().err
+    with pytest.raises(RequestError, match="unknown field.*exhaustive"):
+        check_search({"query": "x", "exhaustive": True})

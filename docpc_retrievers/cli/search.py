@@ -23,6 +23,7 @@ from docpc_retrievers.cli.common import (
     query_text, store_kwargs,
 )
 from docpc_retrievers.results import EvidencePage
+from docpc_retrievers.retrievers.schema import OPTIONS
 from docpc_retrievers.explain.shares import shares_text
 from docpc_retrievers.serve.client import SERVER_ENV
 
@@ -30,8 +31,9 @@ __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_bat
 
 QUERY_BATCH = 16
 """Queries encoded and searched together: one batch's results are printed before the next is read."""
-SEARCH_OPTIONS = ("top_k", "filters", "under", "aggregate", "rerank", "rerank_top_n", "page_budget", "candidates")
-"""The search options ``docpc search`` offers as flags (docpc_retrievers/options.py defines each once)."""
+SEARCH_OPTIONS = tuple(o.name for o in OPTIONS if o.cli)
+"""The search options ``docpc search`` offers as flags: every option of the schema that has one
+(docpc_retrievers/retrievers/schema.py)."""
 
 
 def page_ranges(pages: list[int]) -> str:

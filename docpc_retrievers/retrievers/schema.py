@@ -56,9 +56,11 @@ def _share(value: Any) -> None:
         raise ValueError(f"min_score_ratio must be in (0, 1] (a share of the top hit's score), got {value!r}")
 
 
-def _flag(value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"rerank must be True or False, got {value!r}")
+def _flag(name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    return check
 
 
 def _where(value: Any) -> Any:
@@ -157,7 +159,7 @@ OPTIONS: tuple[Option, ...] = (
            "(``mean``) or SumP (``sum``).", cli=("--aggregate",), cli_kind="choice",
            cli_help="page-mode stores only: MaxP (max, default), AvgP or SumP"),
     Option("rerank", False, bool, "Grid-then-page reranking: rescore the top documents from some of their pages "
-           "at full resolution.", check=_flag, cli=("--rerank",), cli_kind="flag",
+           "at full resolution.", check=_flag("rerank"), cli=("--rerank",), cli_kind="flag",
            cli_help="grid-then-page: rescore the top documents page by page", server="rerank"),
     Option("rerank_top_n", _RERANK.top_n, int | None, "Documents reranked.", bounds={"ge": 1},
            cli=("--rerank-top-n",), cli_kind="count", cli_help=f"documents to rerank (default {_RERANK.top_n})"),
@@ -178,6 +180,9 @@ OPTIONS: tuple[Option, ...] = (
            "stores, slower).", nullable=True, bounds={"ge": 1}, cli=("--candidates",), cli_kind="count",
            cli_help="documents the first stage keeps for exact scoring (default: by query length); more: higher "
                     "recall on large stores, slower"),
+    Option("exhaustive", False, bool, "Score every document exactly, with no first stage (the exact top k of the "
+           "whole store, as slow as the store is large).", check=_flag("exhaustive"), cli=("--exhaustive",),
+           cli_kind="flag", cli_help="score every document exactly, with no first stage (slow on large stores)"),
     Option("under", None, str | list[str] | None, "Search only the documents of these folders (or files), matched "
            "by path as ``delete`` matches a folder.", nullable=True, cli=("--under",), cli_kind="paths",
            cli_help="search only the documents of this folder or file (repeat for several)", normalize=_folders,
