@@ -1,0 +1,135 @@
+"""A store in shards against the same documents in one store, in one run: identical top 10, p50 / p90, and what the
+merge itself costs.
+
+Both stores hold the same synthetic documents (store_bench's skewed topic generator, 760 vectors of 128 dimensions
+a document, as a 2x2 grid gives); each query is answered by both, and the sharded answer is compared with the
+single store's id by id. The merge's own cost is timed apart (``merge_top_k`` over the shards' answers).
+
+    python benchmarks/shards_bench.py --docs 10000 --shards 4                       # embedded, in this process
+    python benchmarks/shards_bench.py --docs 100000 --shards 4 --chroma-run        # behind a `chroma run` it starts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_name
+from store_bench import SyntheticCorpus
+
+from docpc_retrievers.store.multivector import MultiVectorStore
+from docpc_retrievers.store.shards import ShardedStore, merge_top_k
+
+log = logging.getLogger("shards_bench")
+
+
+def fill(stores: list[Any], corpus: SyntheticCorpus, n_docs: int, batch: int = 250) -> list[np.ndarray]:
+    """The same documents into every store, a batch at a time; returns a few documents to draw queries from."""
+    targets: list[np.ndarray] = []
+    for start in range(0, n_docs, batch):
+        stop = min(n_docs, start + batch)
+        docs = [corpus.document(760) for _ in range(start, stop)]
+        ids = [f"{i:032x}" for i in range(start, stop)]
+        metas = [{"source": f"/bench/{i}.pdf", "bucket": i % 20} for i in range(start, stop)]
+        for store in stores:
+            store.add(ids, docs, metas)
+        if len(targets) < 64:
+            targets.append(docs[0])
+        if (stop // batch) % 20 == 0:
+            log.info("%d documents written", stop)
+    return targets
+
+
+def timed(search: Any, q: np.ndarray, **kwargs: Any) -> tuple[list[Any], float]:
+    t0 = time.perf_counter()
+    hits = search(q, top_k=10, **kwargs)
+    return hits, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=10_000)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--chroma-run", action="store_true", help="both stores behind one `chroma run` it starts")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    work = Path(tempfile.mkdtemp(prefix="shards-bench-"))
+    server = None
+    try:
+        where: dict[str, Any] = {}
+        if args.chroma_run:
+            from docpc_retrievers.testing.chroma_server import ChromaServer
+
+            server = ChromaServer(work / "chroma-data")
+            server.start()
+            where = {"host": server.host, "port": server.port}
+        one = MultiVectorStore(work / "one", writable=True, collection="one", **where)
+        sharded = ShardedStore(work / "sharded", shards=args.shards, writable=True, collection="sharded", **where)
+        corpus = SyntheticCorpus(seed=0, skew=1.1)
+        t0 = time.perf_counter()
+        targets = fill([one, sharded], corpus, args.docs)
+        log.info("written in %.0f s", time.perf_counter() - t0)
+        sets = corpus.query_sets(targets[: args.queries])
+        for q in next(iter(sets.values()))[:2]:  # warm both: first-use costs are not a query's
+            one.search(q, top_k=10)
+            sharded.search(q, top_k=10)
+        result: dict[str, Any] = {"cpu": cpu_name(), "docs": args.docs, "shards": args.shards,
+                                  "chroma_run": args.chroma_run, "sets": {}}
+        for name, qs in sets.items():
+            kwargs = {"where": {"bucket": 0}} if name.startswith("filter") else {}
+            same, t_one, t_sharded, t_merge = 0, [], [], []
+            for q in qs:
+                a, ta = timed(one.search, q, **kwargs)
+                b, tb = timed(sharded.search, q, **kwargs)
+                same += [(h.id, round(h.score, 5)) for h in a] == [(h.id, round(h.score, 5)) for h in b]
+                t_one.append(ta)
+                t_sharded.append(tb)
+                answers = [s.search(q, top_k=10, **kwargs) for s in sharded.shards]
+                m0 = time.perf_counter()
+                merge_top_k(answers, 10)
+                t_merge.append(time.perf_counter() - m0)
+            row = {"queries": len(qs), "identical_top10": same / len(qs),
+                   "one_p50_ms": 1000 * statistics.median(t_one), "one_p90_ms": 1000 * float(np.percentile(t_one, 90)),
+                   "sharded_p50_ms": 1000 * statistics.median(t_sharded),
+                   "sharded_p90_ms": 1000 * float(np.percentile(t_sharded, 90)),
+                   "merge_p50_ms": 1000 * statistics.median(t_merge)}
+            result["sets"][name] = row
+            log.info("%s: %s", name, row)
+        one.close()
+        sharded.close()
+        print(report(result))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"{result['docs']:,} synthetic documents, {result['shards']} shards"
+             f"{' behind chroma run' if result['chroma_run'] else ', embedded'}; CPU: {result['cpu']}", "",
+             "| set | identical top 10 | one store p50 / p90 ms | sharded p50 / p90 ms | sharded p50 / one's | merge p50 ms |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, r in result["sets"].items():
+        lines.append(f"| {name} | {r['identical_top10']:.3f} | {r['one_p50_ms']:.1f} / {r['one_p90_ms']:.1f} | "
+                     f"{r['sharded_p50_ms']:.1f} / {r['sharded_p90_ms']:.1f} | "
+                     f"{r['sharded_p50_ms'] / r['one_p50_ms']:.2f}x | {r['merge_p50_ms']:.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
