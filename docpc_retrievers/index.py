@@ -61,6 +61,8 @@ class DocPCIndex:
     temporary store; ``host``/``port``: a Chroma server; ``store_grids``: ``settings.grid_previews`` (None: recorded).
     ``shards``: a new store in this many shards (store/shards.py: each document in the shard its id hashes to, a
     search merged from the shards' exact top k); an existing store's recorded count is found by itself.
+    ``searchers``: each shard's searcher (``docpc serve-shard``), in shard order: searches are answered by them and
+    merged here, so this process holds no shard's data (``searcher_token``: their bearer token).
     """
 
     def __init__(
@@ -77,6 +79,8 @@ class DocPCIndex:
         encoder_kwargs: EncoderOptions | Mapping[str, Any] | None = None,
         store_grids: bool | None = None,
         shards: int | None = None,
+        searchers: Sequence[str] | None = None,
+        searcher_token: str | None = None,
     ) -> None:
         self._encoders = EncoderLoader(
             encoder=encoder, model=model, options=encoder_kwargs,
@@ -87,8 +91,9 @@ class DocPCIndex:
         self.layout = StoreLayout.at(self._temp_dir or path)  # type: ignore[arg-type]
         self.path: Path = self.layout.root
         writable = writable or self._temp_dir is not None
+        remote = {"searchers": searchers, "token": searcher_token} if searchers else {}
         self._store = open_store(self.path, shards=shards, host=host, port=port, collection=collection,
-                                 writable=writable)
+                                 writable=writable, **remote)
         try:
             recorded = self._store.settings.get("index")
             settings = with_previews(settings, recorded, store_grids)

@@ -54,6 +54,19 @@ def register(sub: Any) -> None:
                    help="longest side of returned page images (pixels, 32 to 8192; default 1024)")
     m.add_argument("--full-paths", action="store_true", help="name sources, the store and the model by their full paths")
     m.set_defaults(func=run, transport="stdio", bind="127.0.0.1:0", token=None, allow_host=[], allow_origin=[])
+    s = sub.add_parser(
+        "serve-shard", help="hold one shard of a sharded store warm and answer readers' searches (no model)",
+        description="One shard searcher of a store made with --shards: it holds its shard's summaries and vectors "
+        "warm, follows the other writers' changes through the shard's feed, and answers a reader's encoded query "
+        "with the shard's exact top k (JSON at /search, /vectors, /health). Readers given every shard's searcher "
+        "(DocPCIndex(path, searchers=[...]) or docpc search --searcher URL ...) merge the answers and hold nothing.",
+    )
+    add_store_options(s, model=False, store_required=True)
+    s.add_argument("--shard", type=int, required=True, help="which shard to hold (0 to the store's count - 1)")
+    s.add_argument("--bind", default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="where to listen (default 127.0.0.1 and a free port, named in the readiness line)")
+    s.add_argument("--token", help=f"bearer token every request must carry (default: ${TOKEN_ENV})")
+    s.set_defaults(func=run_shard)
 
 
 #: What `docpc serve` and `docpc mcp` import, with the extra that installs them.
@@ -106,4 +119,30 @@ def run(args: argparse.Namespace) -> int:
             serve_http(service, host, port, token=token, allow_hosts=args.allow_host, allow_origins=args.allow_origin)
     finally:
         service.close()
+    return EXIT_OK
+
+
+def run_shard(args: argparse.Namespace) -> int:
+    """Open one shard of a sharded store, fetch its vectors in the background, and serve it until stopped."""
+    missing = [name for name in missing_serve_modules() if name in ("uvicorn", "starlette")]
+    if missing:
+        raise UsageError(f"serving needs the [serve] extra ({', '.join(missing)} not installed): "
+                         "pip install 'docpc-retrievers[serve]'")
+    from docpc_retrievers.serve.server import is_loopback, parse_bind
+    from docpc_retrievers.serve.shard_searcher import ShardSearcher, serve_shard
+    from docpc_retrievers.store.shards import open_shard
+
+    try:
+        host, port = parse_bind(args.bind)
+    except ValueError as exc:
+        raise UsageError(f"--bind {args.bind}: {exc} (give HOST:PORT)") from None
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(host) and not token:
+        raise UsageError(f"--bind {host} is reachable from other machines: give --token (or ${TOKEN_ENV})")
+    store, shards = open_shard(args.store, args.shard, **store_kwargs(args))
+    store.prefetch()
+    try:
+        serve_shard(ShardSearcher(store, args.shard, shards), host, port, token=token)
+    finally:
+        store.close()
     return EXIT_OK

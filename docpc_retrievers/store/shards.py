@@ -14,8 +14,6 @@ top k of the whole store, not an approximation of it.
 
 from __future__ import annotations
 
-import hashlib
-import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,10 +27,12 @@ from docpc_retrievers.store.chroma_client import chroma_client
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.store.records import ScoredDocument, StoredDocument
+from docpc_retrievers.store.remote_shards import RemoteShards
+from docpc_retrievers.store.shard_routing import merge_top_k, shard_of
 from docpc_retrievers.store.search import SearchConfig
 from docpc_retrievers.store.settings import check_settings
 
-__all__ = ["MAX_SHARDS", "ShardedStore", "merge_top_k", "open_store", "recorded_shards", "shard_of"]
+__all__ = ["MAX_SHARDS", "ShardedStore", "merge_top_k", "open_shard", "open_store", "recorded_shards", "shard_of"]
 
 MAX_SHARDS = 64
 """Most shards a store may have (each is three collections and a cache folder)."""
@@ -40,18 +40,6 @@ _SHARDS_SUFFIX = ".shards"
 """The collection whose metadata records a sharded store's shard count."""
 
 _T = TypeVar("_T")
-
-
-def shard_of(doc_id: str, shards: int) -> int:
-    """The shard a document lives in: a hash of its id, the same in every process and on every machine."""
-    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % shards
-
-
-def merge_top_k(per_shard: Iterable[Sequence[ScoredDocument]], top_k: int) -> list[ScoredDocument]:
-    """The best ``top_k`` of the shards' own top ``top_k`` lists, best first, ties by id: exactly the whole store's
-    top ``top_k``, since each document lives in one shard and each shard's list is exact."""
-    return heapq.nsmallest(top_k, (h for hits in per_shard for h in hits), key=lambda h: (-h.score, h.id))
 
 
 def _shard_name(collection: str, i: int) -> str:
@@ -72,12 +60,30 @@ def recorded_shards(path: str | Path, *, host: str | None = None, port: int = 80
     return int(meta["shards"]) if "shards" in meta else None
 
 
+def open_shard(path: str | Path, shard: int, *, host: str | None = None, port: int = 8000,
+               collection: str = "docpc", search: SearchConfig | None = None) -> tuple[MultiVectorStore, int]:
+    """Shard ``shard`` of the sharded store at ``path`` (or on ``host``), read-only, and the store's shard count:
+    what a shard searcher holds."""
+    count = recorded_shards(path, host=host, port=port, collection=collection)
+    if count is None:
+        raise StoreError(f"no sharded docpc store at {path}{f' on {host}:{port}' if host else ''}")
+    if not 0 <= shard < count:
+        raise StoreError(f"the store has shards 0 to {count - 1}; there is no shard {shard}")
+    store = MultiVectorStore(StoreLayout.at(path).shards / str(shard), host=host, port=port,
+                             collection=_shard_name(collection, shard), search=search)
+    return store, count
+
+
 def open_store(path: str | Path, *, shards: int | None = None, **options: Any) -> MultiVectorStore | ShardedStore:
     """The store at ``path`` (or on ``host=``): sharded when it records shards or ``shards`` asks for a new sharded
     store, else one :class:`MultiVectorStore`. A count that differs from the recorded one is refused."""
     keys = ("host", "port", "ssl", "headers", "collection")
     recorded = recorded_shards(path, **{k: options[k] for k in keys if k in options})
     if recorded is None and shards is None:
+        if options.get("searchers"):
+            raise StoreError(f"store {path} is not sharded: shard searchers serve a store made with shards=N")
+        options.pop("searchers", None)
+        options.pop("token", None)
         return MultiVectorStore(path, **options)
     return ShardedStore(path, shards=shards, **options)
 
@@ -91,6 +97,9 @@ class ShardedStore:
         path: the store directory (embedded mode: each shard's Chroma files and cache; a server: the caches only).
         shards: the shard count for a new store; an existing store's recorded count is used (another is refused).
         host, port, ssl, headers, collection, writable, search: as :class:`MultiVectorStore`.
+        searchers: each shard's searcher (``docpc serve-shard``), in shard order: searches go to them and are merged
+            here, so this process holds no shard's summaries or vectors (reads of records still go to Chroma).
+        token: the searchers' bearer token.
     """
 
     def __init__(
@@ -105,6 +114,8 @@ class ShardedStore:
         collection: str = "docpc",
         writable: bool = False,
         search: SearchConfig | None = None,
+        searchers: Sequence[str] | None = None,
+        token: str | None = None,
     ) -> None:
         self.layout = StoreLayout.at(path)
         self.path = self.layout.root
@@ -135,6 +146,13 @@ class ShardedStore:
             raise
         self.search_config = self.shards[0].search_config
         self._pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="docpc-shard")
+        self.remote: RemoteShards | None = None
+        if searchers:
+            if len(searchers) != count:
+                self.close()
+                raise StoreError(f"store {self.path} has {count} shards; {len(searchers)} searchers were given "
+                                 "(one per shard, in shard order)")
+            self.remote = RemoteShards(list(searchers), token, self._pool)
 
     def _record(self, count: int, port: int, ssl: bool, headers: Mapping[str, str] | None) -> None:
         """Write the shard count where readers look for it: the store's manifest (embedded) or Chroma (a server)."""
@@ -308,10 +326,13 @@ class ShardedStore:
     def search_batch(self, queries: Sequence[np.ndarray], top_k: int = 10, *, ids: Iterable[str] | None = None,
                      **options: Any) -> list[list[ScoredDocument]]:
         """Every shard's own top ``top_k`` per query (options as :meth:`MultiVectorStore.search_batch`; ``ids`` go
-        to their shards), merged: the whole store's exact top ``top_k``."""
+        to their shards), merged: the whole store's exact top ``top_k``. With searchers, each shard's answer comes
+        from its searcher, and vectors (``with_vectors``) only for the merged hits."""
         groups = None if ids is None else self._by_shard(ids)
         if groups is not None and not groups:
             return [[] for _ in queries]
+        if self.remote is not None:
+            return self.remote.search(queries, top_k, groups, len(self.shards), options)
 
         def one(i: int) -> list[list[ScoredDocument]]:
             if groups is not None and i not in groups:
@@ -324,6 +345,8 @@ class ShardedStore:
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
+        if getattr(self, "remote", None) is not None:
+            self.remote.close()  # type: ignore[union-attr]
         for shard in getattr(self, "shards", []):
             shard.close()
         pool = getattr(self, "_pool", None)

@@ -1,0 +1,106 @@
+"""Shard searchers on loopback: Chroma and one ``docpc serve-shard`` per shard, a reader that holds no shard's data
+answering what a local sharded search answers, and a searcher that is down named in the error."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docpc_retrievers.errors import StoreError
+from docpc_retrievers.store.shards import ShardedStore
+from docpc_retrievers.testing.chroma_server import chroma_server
+
+DIM = 32
+SHARDS = 4
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _docs(n: int) -> tuple[list[str], list[np.ndarray], list[dict]]:
+    rng = np.random.default_rng(5)
+    topics = _unit(rng.standard_normal((6, DIM)))
+    docs = [_unit(topics[rng.choice(6, size=int(rng.integers(8, 24)))] + 0.5 * _unit(rng.standard_normal((1, DIM))))
+            for _ in range(n)]
+    return [f"{i:032x}" for i in range(n)], docs, [{"source": f"/d/{i}.pdf", "half": i % 2} for i in range(n)]
+
+
+class _Searcher:
+    """One ``docpc serve-shard`` process, its address read from its readiness line."""
+
+    def __init__(self, cache: Path, shard: int, host: str, port: int) -> None:
+        exe = Path(sys.executable).with_name("docpc")
+        self.proc = subprocess.Popen(
+            [str(exe), "serve-shard", "--store", str(cache), "--shard", str(shard), "--host", host, "--port", str(port),
+             "--collection", "farm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        found = re.search(r"ready at (http://\S+)", line)
+        if found is None:
+            self.stop()
+            raise AssertionError(f"shard {shard}'s searcher did not start: {line!r} {self.proc.stderr.read()!r}")
+        self.url = found.group(1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, list[_Searcher], Path]]:
+    base = tmp_path_factory.mktemp("farm")
+    ids, docs, metas = _docs(80)
+    with chroma_server(base / "chroma") as server:
+        where = {"host": server.host, "port": server.port, "collection": "farm"}
+        with ShardedStore(base / "writer", shards=SHARDS, writable=True, **where) as writer:
+            writer.add(ids, docs, metas, texts=[f"text {i}" for i in range(len(ids))])
+        searchers = [_Searcher(base / f"searcher-{i}", i, server.host, server.port) for i in range(SHARDS)]
+        try:
+            yield where, searchers, base
+        finally:
+            for s in searchers:
+                s.stop()
+
+
+def test_a_reader_with_shard_searchers_answers_what_a_local_sharded_search_answers(
+    farm: tuple[dict, list[_Searcher], Path]
+) -> None:
+    where, searchers, base = farm
+    ids, docs, _ = _docs(80)
+    rng = np.random.default_rng(9)
+    with ShardedStore(base / "local", **where) as local, \
+            ShardedStore(base / "thin", searchers=[s.url for s in searchers], **where) as thin:
+        for i in (3, 40, 77):
+            q = _unit(docs[i][:4] + 0.2 * _unit(rng.standard_normal((4, DIM))))
+            for kwargs in ({}, {"where": {"half": 1}}, {"ids": ids[::3]}):
+                want = local.search(q, top_k=8, with_text=True, with_vectors=True, **kwargs)
+                got = thin.search(q, top_k=8, with_text=True, with_vectors=True, **kwargs)
+                assert [(h.id, round(h.score, 5)) for h in got] == [(h.id, round(h.score, 5)) for h in want], kwargs
+                assert [h.text for h in got] == [h.text for h in want]
+                assert all(np.array_equal(a.vectors, b.vectors) for a, b in zip(got, want))
+        assert thin.count() == 80
+        # nothing of a shard's search was held by the thin reader: its caches hold no vectors or summaries
+        held = sum(f.stat().st_size for f in (base / "thin").rglob("*") if f.is_file() and "chroma" not in f.parts)
+        assert held < 64 * 1024, held
+
+
+def test_a_searcher_that_is_down_is_named(farm: tuple[dict, list[_Searcher], Path], tmp_path: Path) -> None:
+    where, searchers, _ = farm
+    urls = [s.url for s in searchers]
+    urls[2] = "http://127.0.0.1:9"  # nothing listens there
+    with ShardedStore(tmp_path / "reader", searchers=urls, **where) as reader:
+        with pytest.raises(StoreError, match=r"shard 2's searcher at http://127.0.0.1:9 did not answer"):
+            reader.search(_unit(np.ones((2, DIM))), top_k=3)
+    with pytest.raises(StoreError, match="4 shards; 3 searchers"):
+        ShardedStore(tmp_path / "reader2", searchers=urls[:3], **where)
