@@ -3,6 +3,7 @@ answering what a local sharded search answers, and a searcher that is down named
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_helpers import make_pdf
 
+from docpc_retrievers import DocPCIndex
+from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.shards import ShardedStore
 from docpc_retrievers.testing.chroma_server import chroma_server
@@ -104,3 +108,33 @@ def test_a_searcher_that_is_down_is_named(farm: tuple[dict, list[_Searcher], Pat
             reader.search(_unit(np.ones((2, DIM))), top_k=3)
     with pytest.raises(StoreError, match="4 shards; 3 searchers"):
         ShardedStore(tmp_path / "reader2", searchers=urls[:3], **where)
+
+
+def test_docpc_search_with_searchers_answers_as_the_store_searched_here(
+    tmp_path: Path, tiny_checkpoint: Path, tiny_encoder: ColPaliEncoder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An index built in shards behind ``chroma run``, two searchers, and ``docpc search --searcher`` (the model
+    loaded in the command, the shards searched by the searchers) giving what a search in this process gives."""
+    from docpc_retrievers.cli.app import main
+
+    for i in range(5):
+        make_pdf(tmp_path / "docs" / f"w{i}.pdf", f"searcher document {i}", 1)
+    with chroma_server(tmp_path / "chroma") as server:
+        where = {"host": server.host, "port": server.port, "collection": "farm"}
+        with DocPCIndex.from_pdfs([tmp_path / "docs"], tmp_path / "writer", encoder=tiny_encoder, workers=0,
+                                  shards=2, **where) as index:
+            assert len(index) == 5
+        common = ["search", "searcher document", "--host", server.host, "--port", str(server.port), "--collection",
+                  "farm", "--model", str(tiny_checkpoint), "-k", "5", "--json"]
+        assert main([*common, "--store", str(tmp_path / "here")]) == 0  # the shards searched in this process
+        expected = [(r["id"], round(r["score"], 4)) for r in json.loads(capsys.readouterr().out)]
+        searchers = [_Searcher(tmp_path / f"s{i}", i, server.host, server.port) for i in range(2)]
+        try:
+            code = main([*common, "--store", str(tmp_path / "reader"), "--searcher", searchers[0].url,
+                         "--searcher", searchers[1].url])
+        finally:
+            for s in searchers:
+                s.stop()
+    assert code == 0
+    got = [(r["id"], round(r["score"], 4)) for r in json.loads(capsys.readouterr().out)]
+    assert len(got) == 5 and got == expected

@@ -69,6 +69,9 @@ def register(sub: Any) -> None:
         "(default: $DOCPC_SERVER; its token from $DOCPC_SERVE_TOKEN)",
     )
     p.add_argument("--token", help="the server's bearer token, for --server (default: $DOCPC_SERVE_TOKEN)")
+    p.add_argument("--searcher", action="append", metavar="URL",
+                   help="a sharded store's shard searcher (`docpc serve-shard`), one per shard in shard order "
+                   "(repeat): searches are answered by them and merged here, with the model loaded here")
     add_option_flags(p, SEARCH_OPTIONS)
     p.add_argument("--password", help="password for encrypted sources (reranking renders pages)")
     p.set_defaults(func=run)
@@ -152,14 +155,15 @@ def run(args: argparse.Namespace) -> int:
     checked = search_options(args, options)  # the one check of every option, before a model loads or a server is asked
     if server:
         return _run_remote(args, server, options, many)
-    if args.token:
-        raise UsageError("--token goes with --server URL (a local search needs no token)")
+    if args.token and not args.searcher:
+        raise UsageError("--token goes with --server URL or --searcher URL (a local search needs no token)")
     if args.store is None:
         raise UsageError("give --store PATH (or --server URL to ask a running docpc serve)")
     stream = _open_queries(args.queries) if args.queries is not None else None
     try:
         with DocPCIndex(
-            args.store, model=args.model, encoder_kwargs=encoder_options(args), **store_kwargs(args)
+            args.store, model=args.model, encoder_kwargs=encoder_options(args), searchers=args.searcher,
+            searcher_token=args.token, **store_kwargs(args)
         ) as index:
             if "aggregate" in options and index.settings.mode != "page":
                 raise UsageError(
