@@ -7,6 +7,11 @@ single store's id by id. The merge's own cost is timed apart (``merge_top_k`` ov
 
     python benchmarks/shards_bench.py --docs 10000 --shards 4                       # embedded, in this process
     python benchmarks/shards_bench.py --docs 100000 --shards 4 --chroma-run        # behind a `chroma run` it starts
+    python benchmarks/shards_bench.py --docs 10000 --shards 4 --chroma-run --searchers   # and a reader that holds
+                                                                    # nothing, asking one `docpc serve-shard` a shard
+
+With ``--searchers`` a third column is a reader with no data of its own: its open time, its first answer's time and
+the bytes it received for it, and its p50 / p90 against the others.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--chroma-run", action="store_true", help="both stores behind one `chroma run` it starts")
+    ap.add_argument("--searchers", action="store_true",
+                    help="also start one `docpc serve-shard` per shard and measure a reader that holds nothing "
+                    "(needs --chroma-run: the searchers are other processes)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -88,15 +96,34 @@ def main() -> None:
             sharded.search(q, top_k=10)
         result: dict[str, Any] = {"cpu": cpu_name(), "docs": args.docs, "shards": args.shards,
                                   "chroma_run": args.chroma_run, "sets": {}}
+        thin = None
+        if args.searchers:
+            if server is None:
+                raise SystemExit("--searchers needs --chroma-run (the searchers are other processes)")
+            procs = start_searchers(work, args.shards, server.host, server.port)
+            t0 = time.perf_counter()
+            thin = ShardedStore(work / "thin", searchers=[url for _, url in procs], collection="sharded", **where)
+            opened = time.perf_counter() - t0
+            received = count_bytes(thin)
+            first_q = next(iter(sets.values()))[0]
+            t0 = time.perf_counter()
+            thin.search(first_q, top_k=5, with_text=True, with_vectors=True)
+            result["thin_reader"] = {"open_s": opened, "first_answer_s": time.perf_counter() - t0,
+                                     "first_answer_bytes": received[0]}
+            log.info("thin reader: %s", result["thin_reader"])
         for name, qs in sets.items():
             kwargs = {"where": {"bucket": 0}} if name.startswith("filter") else {}
-            same, t_one, t_sharded, t_merge = 0, [], [], []
+            same, t_one, t_sharded, t_merge, t_thin, same_thin = 0, [], [], [], [], 0
             for q in qs:
                 a, ta = timed(one.search, q, **kwargs)
                 b, tb = timed(sharded.search, q, **kwargs)
                 same += [(h.id, round(h.score, 5)) for h in a] == [(h.id, round(h.score, 5)) for h in b]
                 t_one.append(ta)
                 t_sharded.append(tb)
+                if thin is not None:
+                    c, tc = timed(thin.search, q, **kwargs)
+                    same_thin += [(h.id, round(h.score, 5)) for h in c] == [(h.id, round(h.score, 5)) for h in a]
+                    t_thin.append(tc)
                 answers = [s.search(q, top_k=10, **kwargs) for s in sharded.shards]
                 m0 = time.perf_counter()
                 merge_top_k(answers, 10)
@@ -106,10 +133,18 @@ def main() -> None:
                    "sharded_p50_ms": 1000 * statistics.median(t_sharded),
                    "sharded_p90_ms": 1000 * float(np.percentile(t_sharded, 90)),
                    "merge_p50_ms": 1000 * statistics.median(t_merge)}
+            if t_thin:
+                row.update(thin_identical_top10=same_thin / len(qs), thin_p50_ms=1000 * statistics.median(t_thin),
+                           thin_p90_ms=1000 * float(np.percentile(t_thin, 90)))
             result["sets"][name] = row
             log.info("%s: %s", name, row)
         one.close()
         sharded.close()
+        if thin is not None:
+            thin.close()
+            for proc, _ in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
         print(report(result))
         if args.json:
             args.json.write_text(json.dumps(result, indent=1))
@@ -117,6 +152,39 @@ def main() -> None:
         if server is not None:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def start_searchers(work: Path, shards: int, host: str, port: int) -> list[tuple[Any, str]]:
+    """One ``docpc serve-shard`` per shard, each with its own cache folder; (process, address) once each is ready."""
+    import re
+    import subprocess
+
+    exe = Path(sys.executable).with_name("docpc")
+    out = []
+    for i in range(shards):
+        proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(work / f"searcher-{i}"), "--shard", str(i),
+                                 "--host", host, "--port", str(port), "--collection", "sharded"],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"ready at (http://\S+)", line)
+        if found is None:
+            raise SystemExit(f"shard {i}'s searcher did not start: {line!r}")
+        out.append((proc, found.group(1)))
+    return out
+
+
+def count_bytes(store: ShardedStore) -> list[int]:
+    """A counter of the bytes the store's searcher client receives (its responses' bodies), updated in place."""
+    received = [0]
+    assert store.remote is not None
+
+    def hook(response: Any) -> None:
+        response.read()
+        received[0] += len(response.content)
+
+    store.remote.client.event_hooks["response"].append(hook)
+    return received
 
 
 def report(result: dict[str, Any]) -> str:
@@ -128,6 +196,15 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {r['identical_top10']:.3f} | {r['one_p50_ms']:.1f} / {r['one_p90_ms']:.1f} | "
                      f"{r['sharded_p50_ms']:.1f} / {r['sharded_p90_ms']:.1f} | "
                      f"{r['sharded_p50_ms'] / r['one_p50_ms']:.2f}x | {r['merge_p50_ms']:.3f} |")
+    thin = result.get("thin_reader")
+    if thin:
+        lines += ["", f"A reader holding nothing (one searcher a shard): opened in {thin['open_s']:.2f} s; its first "
+                      f"answer (top 5 with texts and vectors) in {thin['first_answer_s']:.2f} s, receiving "
+                      f"{thin['first_answer_bytes'] / 1e6:.2f} MB.", "",
+                  "| set | identical top 10 | p50 / p90 ms | p50 / one store's |", "|---|---:|---:|---:|"]
+        for name, r in result["sets"].items():
+            lines.append(f"| {name} | {r['thin_identical_top10']:.3f} | {r['thin_p50_ms']:.1f} / "
+                         f"{r['thin_p90_ms']:.1f} | {r['thin_p50_ms'] / r['one_p50_ms']:.2f}x |")
     return "\n".join(lines)
 
 
