@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line a Chroma request otherwise
     work = Path(tempfile.mkdtemp(prefix="shards-bench-"))
     server = None
     try:

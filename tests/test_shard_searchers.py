@@ -138,3 +138,44 @@ def test_docpc_search_with_searchers_answers_as_the_store_searched_here(
     assert code == 0
     got = [(r["id"], round(r["score"], 4)) for r in json.loads(capsys.readouterr().out)]
     assert len(got) == 5 and got == expected
+
+
+def test_a_new_replica_starts_from_a_searchers_snapshot_and_follows_the_feed_from_there(
+    farm: tuple[dict, list[_Searcher], Path]
+) -> None:
+    """``docpc serve-shard --from URL``: the new replica's cache is the other searcher's (the same vectors, fetched
+    from no one else), and a document another writer adds or deletes afterwards is found, or gone, on its next
+    search."""
+    from docpc_retrievers.store.shard_routing import shard_of
+
+    where, searchers, base = farm
+    source = searchers[0]
+    with ShardedStore(base / "warm-it", searchers=[s.url for s in searchers], **where) as thin:
+        thin.search(_unit(np.ones((3, DIM))), top_k=5)  # the searcher has answered: its view is built
+    exe = Path(sys.executable).with_name("docpc")
+    proc = subprocess.Popen(
+        [str(exe), "serve-shard", "--store", str(base / "replica"), "--shard", "0", "--host", where["host"],
+         "--port", str(where["port"]), "--collection", "farm", "--from", source.url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"ready at (http://\S+)", line)
+        assert found, (line, proc.stderr.read() if proc.poll() is not None else "")
+        replica = found.group(1)
+        cached = lambda root: set(np.load(root / "shards" / "0" / "cache" / "vectors.npz")["ids"].tolist())  # noqa: E731
+        assert cached(base / "replica") == cached(base / "searcher-0") != set()
+        # another writer adds a document to shard 0 and deletes one there, after the snapshot
+        ids, docs, metas = _docs(80)
+        new_id = next(f"{i:032x}" for i in range(1000, 2000) if shard_of(f"{i:032x}", SHARDS) == 0)
+        gone = next(d for d in ids if shard_of(d, SHARDS) == 0)
+        with ShardedStore(base / "writer", writable=True, **where) as writer:
+            writer.add([new_id], [docs[0]], [{"source": "/d/new.pdf", "half": 0}])
+            assert writer.delete([gone]) == 1
+        urls = [replica, *(s.url for s in searchers[1:])]
+        with ShardedStore(base / "reader-of-replica", searchers=urls, **where) as thin:
+            hits = thin.search(docs[0], top_k=80)
+            assert new_id in {h.id for h in hits} and gone not in {h.id for h in hits}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -66,6 +66,10 @@ def register(sub: Any) -> None:
     s.add_argument("--bind", default="127.0.0.1:0", metavar="HOST:PORT",
                    help="where to listen (default 127.0.0.1 and a free port, named in the readiness line)")
     s.add_argument("--token", help=f"bearer token every request must carry (default: ${TOKEN_ENV})")
+    s.add_argument("--from", dest="source", metavar="URL",
+                   help="start as a new replica from the snapshot another searcher of the same shard publishes at "
+                   "URL (its cache, then the change feed replayed from there): no document's vectors are pulled "
+                   "one by one; --store must be new")
     s.set_defaults(func=run_shard)
 
 
@@ -139,6 +143,8 @@ def run_shard(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if not is_loopback(host) and not token:
         raise UsageError(f"--bind {host} is reachable from other machines: give --token (or ${TOKEN_ENV})")
+    if args.source:
+        start_from_snapshot(args.source, args.store, args.shard, token)
     store, shards = open_shard(args.store, args.shard, **store_kwargs(args))
     store.prefetch()
     try:
@@ -146,3 +152,27 @@ def run_shard(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def start_from_snapshot(url: str, store: Any, shard: int, token: str | None) -> None:
+    """Fetch the snapshot another searcher of ``shard`` publishes at ``url`` into this replica's new cache folder."""
+    import tempfile
+
+    import httpx
+
+    from docpc_retrievers.store.cache_transfer import read_cache_archive
+    from docpc_retrievers.store.layout import StoreLayout
+
+    target = StoreLayout.at(StoreLayout.at(store).shards / str(shard)).cache
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with tempfile.TemporaryFile() as spool:
+        try:
+            with httpx.stream("GET", url.rstrip("/") + "/snapshot", headers=headers, timeout=600.0) as response:
+                if response.status_code != 200:
+                    raise UsageError(f"--from {url}: the searcher answered {response.status_code}")
+                for chunk in response.iter_bytes(1 << 20):
+                    spool.write(chunk)
+        except httpx.HTTPError as exc:
+            raise UsageError(f"--from {url}: no snapshot: {exc}") from None
+        spool.seek(0)
+        read_cache_archive(target, spool)

@@ -4,15 +4,20 @@ A shard searcher needs no model: a reader encodes the query, sends it to every s
 answers by exact score (store/shards.py). The searcher follows the other writers' changes through its shard's feed
 on every search, as any reader does, and fetches its shard's vectors in the background from the start, so its
 first answers do not wait on Chroma. Routes: ``GET /health``, ``POST /search``, ``POST /vectors``
-(store/shard_wire.py says what each carries), behind the same gate as ``docpc serve`` (host, origin, size, token).
+(store/shard_wire.py says what each carries) and ``GET /snapshot`` (its cache as a tar archive, which a new replica
+of the shard starts from: ``docpc serve-shard --from URL``), behind the same gate as ``docpc serve`` (host, origin,
+size, token).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, TextIO
 
 from docpc_retrievers.store.multivector import MultiVectorStore
@@ -36,6 +41,14 @@ class ShardSearcher:
         options = {k: body[k] for k in SEARCH_OPTIONS if k in body}
         answers = self.store.search_batch(queries, int(body["top_k"]), **options)
         return {"shard": self.shard, "hits": [hits_to(hits) for hits in answers]}
+
+    def snapshot(self) -> Path:
+        """This searcher's cache as a tar archive in a temporary file (the caller deletes it): what a new replica of
+        this shard starts from."""
+        fd, name = tempfile.mkstemp(prefix=f"docpc-shard{self.shard}-", suffix=".tar")
+        with os.fdopen(fd, "wb") as out:
+            self.store.export_cache(out)
+        return Path(name)
 
     def vectors(self, body: dict[str, Any]) -> dict[str, Any]:
         """The stored vectors (float32, as a local search reads them) and anchors of the documents asked for."""
@@ -76,8 +89,16 @@ def serve_shard(searcher: ShardSearcher, host: str, port: int, *, token: str | N
                 return JSONResponse({"error": f"shard {searcher.shard}: {type(exc).__name__}: {exc}"}, status_code=500)
         return handler
 
-    routes = {"/health": ["GET"], "/search": ["POST"], "/vectors": ["POST"]}
+    async def snapshot(request: Request) -> Any:
+        from starlette.background import BackgroundTask
+        from starlette.responses import FileResponse
+
+        path = await anyio.to_thread.run_sync(searcher.snapshot)
+        return FileResponse(path, media_type="application/x-tar", background=BackgroundTask(path.unlink))
+
+    routes = {"/health": ["GET"], "/search": ["POST"], "/vectors": ["POST"], "/snapshot": ["GET"]}
     app = Starlette(routes=[Route("/health", health, methods=["GET"]),
+                            Route("/snapshot", snapshot, methods=["GET"]),
                             Route("/search", answering(searcher.search), methods=["POST"]),
                             Route("/vectors", answering(searcher.vectors), methods=["POST"])])
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from docpc_retrievers.config import AGGREGATES
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store import statistics
 from docpc_retrievers.store.cache import VectorCache
+from docpc_retrievers.store.cache_transfer import write_cache_archive
 from docpc_retrievers.store.chroma_client import chroma_client, require_collection
 from docpc_retrievers.store.engine import READABLE_FORMATS, STORE_FORMAT, ChromaEngine, payload_packing
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
@@ -273,6 +274,16 @@ class MultiVectorStore:
         return self.reader.search_batch(queries, top_k, where=where, ids=ids, n_candidates=n_candidates,
                                         exhaustive=exhaustive, aggregate=aggregate, with_text=with_text,
                                         with_vectors=with_vectors, with_grid=with_grid)
+
+    @synchronized
+    def export_cache(self, out: BinaryIO) -> int:
+        """Write this process's cache of the store (search snapshot, vectors, feed position) as a tar stream to
+        ``out``, taken under the store's lock after the snapshot is saved: what a new replica starts from
+        (store/cache_transfer.py). Returns how many files went in."""
+        self.reader.ensure_loaded()
+        if self.reader.view is not None:
+            self.reader.view.save()
+        return write_cache_archive(self.cache.folder, out)
 
     @synchronized
     def close(self) -> None:
