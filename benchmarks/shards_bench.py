@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--sets", nargs="+", help="only these query sets (default: every set of the generator)")
     ap.add_argument("--chroma-run", action="store_true", help="both stores behind one `chroma run` it starts")
     ap.add_argument("--searchers", action="store_true",
                     help="also start one `docpc serve-shard` per shard and measure a reader that holds nothing "
@@ -92,6 +93,8 @@ def main() -> None:
         targets = fill([one, sharded], corpus, args.docs)
         log.info("written in %.0f s", time.perf_counter() - t0)
         sets = corpus.query_sets(targets[: args.queries])
+        if args.sets:
+            sets = {name: qs for name, qs in sets.items() if name in args.sets}
         for q in next(iter(sets.values()))[:2]:  # warm both: first-use costs are not a query's
             one.search(q, top_k=10)
             sharded.search(q, top_k=10)

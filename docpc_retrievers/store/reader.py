@@ -21,7 +21,6 @@ from docpc_retrievers.config import AGGREGATES, check_candidates
 from docpc_retrievers.errors import DocumentNotFoundError
 from docpc_retrievers.filters import check_where
 from docpc_retrievers.store.cache import VectorCache
-from docpc_retrievers.store.chroma_reads import READ_PAGE
 from docpc_retrievers.store.codec import dequantize
 from docpc_retrievers.store.engine import ChromaEngine
 from docpc_retrievers.store.hit_reads import grid_bytes, hit_reader
@@ -37,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 #: Documents a writer with no local snapshot still reads whole to open its view: one hosted Chroma read.
 CHEAP_OPEN = 300
+
+
+PREFETCH_PAGE = 32
+"""Documents a background prefetch reads at a time, holding the store's lock: a search waits at most one such read
+(32 grids of 760 vectors are about 12 MB; a whole read of 300 held searches of a shard searcher for seconds)."""
 
 
 class StoreReader:
@@ -280,9 +284,10 @@ class StoreReader:
         return self.view.warm(on_progress)
 
     def prefetch(self) -> None:
-        """Fetch in the background every document's vectors this machine's cache lacks, one read (300 documents)
-        at a time, so a long-lived reader's queries stop waiting on Chroma. The store's lock is taken per read: a
-        search meanwhile waits at most one read. Stops at :meth:`close`; a failure is logged, never raised."""
+        """Fetch in the background every document's vectors this machine's cache lacks, :data:`PREFETCH_PAGE`
+        documents a read, so a long-lived reader's queries stop waiting on Chroma. The store's lock is taken per
+        read: a search meanwhile waits at most one such read. Stops at :meth:`close`; a failure is logged, never
+        raised."""
         if self._prefetcher is not None and self._prefetcher.is_alive():
             return
         self._stop.clear()
@@ -294,13 +299,13 @@ class StoreReader:
             with self._mutex:
                 self.ensure_loaded()
                 missing = [d for d in self.n if d not in self.cache]
-            for start in range(0, len(missing), READ_PAGE):
+            for start in range(0, len(missing), PREFETCH_PAGE):
                 if self._stop.is_set():
                     return
                 with self._mutex:
                     if self.view is None or self._stop.is_set():
                         return
-                    chunk = [d for d in missing[start : start + READ_PAGE] if d in self.n and d not in self.cache]
+                    chunk = [d for d in missing[start : start + PREFETCH_PAGE] if d in self.n and d not in self.cache]
                     self.prefetched += len(self.view.reader.packed(chunk))
             logger.info("prefetched the vectors of %d documents", self.prefetched)
         except Exception as exc:  # a background helper: the next search fetches what it needs and says what failed
