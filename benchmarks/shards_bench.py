@@ -105,8 +105,9 @@ def main() -> None:
             if server is None:
                 raise SystemExit("--searchers needs --chroma-run (the searchers are other processes)")
             procs = start_searchers(work, args.shards, server.host, server.port)
-            # the searchers are long-lived: warmed by a first reader, as a running deployment's are; the reader
-            # measured next is new and holds nothing
+            # the searchers are long-lived: warm (their shard's vectors fetched) and asked by a first reader, as a
+            # running deployment's are; the reader measured next is new and holds nothing
+            wait_warm([url for _, url in procs])
             with ShardedStore(work / "warm-up", searchers=[url for _, url in procs], collection="sharded",
                               **where) as warm:
                 for q in next(iter(sets.values()))[:2]:
@@ -182,6 +183,19 @@ def start_searchers(work: Path, shards: int, host: str, port: int) -> list[tuple
             raise SystemExit(f"shard {i}'s searcher did not start: {line!r}")
         out.append((proc, found.group(1)))
     return out
+
+
+def wait_warm(urls: list[str], timeout: float = 3600.0) -> None:
+    """Until no searcher is still fetching its shard's vectors in the background."""
+    import httpx
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if not any(httpx.get(f"{u}/health", timeout=60).json().get("prefetching") for u in urls):
+            log.info("searchers warm after %.0f s", time.perf_counter() - t0)
+            return
+        time.sleep(2)
+    raise SystemExit("the searchers did not finish fetching their shards")
 
 
 def count_bytes(store: ShardedStore) -> list[int]:

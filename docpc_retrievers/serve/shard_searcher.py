@@ -33,7 +33,8 @@ class ShardSearcher:
         self.store, self.shard, self.shards = store, shard, shards
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "shard": self.shard, "shards": self.shards, "documents": self.store.count()}
+        return {"status": "ok", "shard": self.shard, "shards": self.shards, "documents": self.store.count(),
+                "prefetching": self.store.reader.prefetching}
 
     def search(self, body: dict[str, Any]) -> dict[str, Any]:
         """Each query's exact top k in this shard (the body as :func:`shard_wire.search_request` writes it)."""

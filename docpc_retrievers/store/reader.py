@@ -311,6 +311,11 @@ class StoreReader:
         except Exception as exc:  # a background helper: the next search fetches what it needs and says what failed
             logger.warning("background prefetch stopped: %s: %s", type(exc).__name__, exc)
 
+    @property
+    def prefetching(self) -> bool:
+        """Whether a background prefetch is still fetching."""
+        return self._prefetcher is not None and self._prefetcher.is_alive()
+
     def stop_prefetch(self) -> None:
         """Stop the background prefetch (what it fetched stays cached)."""
         self._stop.set()

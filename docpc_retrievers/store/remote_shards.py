@@ -60,9 +60,9 @@ class RemoteShards:
             fetched: dict[str, Any] = {}
             for found in self.pool.map(lambda i: self._post(i, "/vectors", {"ids": sorted(owners[i])}), owners):
                 fetched.update(found["documents"])
-            merged = [[replace(h, vectors=np.array(array_from(fetched[h.id]["vectors"])),
+            merged = [[replace(h, vectors=array_from(fetched[h.id]["vectors"]),
                                anchors=None if fetched[h.id]["anchors"] is None
-                               else np.array(array_from(fetched[h.id]["anchors"]))) for h in hits] for hits in merged]
+                               else array_from(fetched[h.id]["anchors"])) for h in hits] for hits in merged]
         return merged
 
     def close(self) -> None:

@@ -29,8 +29,8 @@ def array_to(a: np.ndarray) -> dict[str, Any]:
 
 
 def array_from(d: Mapping[str, Any]) -> np.ndarray:
-    """:func:`array_to`'s array back."""
-    return np.frombuffer(base64.b64decode(d["data"]), dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+    """:func:`array_to`'s array back (writable: torch takes it as it is)."""
+    return np.frombuffer(bytearray(base64.b64decode(d["data"])), dtype=np.dtype(d["dtype"])).reshape(d["shape"])
 
 
 def search_request(queries: Sequence[np.ndarray], top_k: int, options: Mapping[str, Any]) -> dict[str, Any]:
