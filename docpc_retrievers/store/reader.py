@@ -40,7 +40,7 @@ CHEAP_OPEN = 300
 
 PREFETCH_PAGE = 32
 """Documents a background prefetch reads at a time, holding the store's lock: a search waits at most one such read
-(32 grids of 760 vectors are about 12 MB; a whole read of 300 held searches of a shard searcher for seconds)."""
+(32 grids of 760 vectors are about 12 MB; a read of 300, about 117 MB, held a search for its whole length)."""
 
 
 class StoreReader:
