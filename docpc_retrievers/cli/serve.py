@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from docpc_retrievers.cli.common import (
@@ -84,21 +85,29 @@ def missing_serve_modules() -> list[str]:
     return [name for name in SERVE_MODULES if find_spec(name) is None]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Load the store and model, then serve until stopped (SIGINT or SIGTERM)."""
-    missing = missing_serve_modules()
+def _address(args: argparse.Namespace, modules: Sequence[str], *, over_http: bool) -> tuple[str, int, str | None]:
+    """Where to listen and the token, checked before anything loads: the serve extra's ``modules`` present, the
+    ``--bind`` address read, and a token for any address other machines reach (``over_http``)."""
+    missing = [name for name in missing_serve_modules() if name in modules]
     if missing:  # before the model loads: a missing extra is said at once, not as a stack trace a minute later
         raise UsageError(f"serving needs the [serve] extra ({', '.join(missing)} not installed): "
                          "pip install 'docpc-retrievers[serve]'")
-    from docpc_retrievers.serve.server import is_loopback, parse_bind, serve_http, serve_stdio
+    from docpc_retrievers.serve.server import is_loopback, parse_bind
 
     try:
         host, port = parse_bind(args.bind)
     except ValueError as exc:
         raise UsageError(f"--bind {args.bind}: {exc} (give HOST:PORT)") from None
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    if args.transport == "http" and not is_loopback(host) and not token:
+    if over_http and not is_loopback(host) and not token:
         raise UsageError(f"--bind {host} is reachable from other machines: give --token (or ${TOKEN_ENV})")
+    return host, port, token
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the store and model, then serve until stopped (SIGINT or SIGTERM)."""
+    host, port, token = _address(args, SERVE_MODULES, over_http=args.transport == "http")
+    from docpc_retrievers.serve.server import serve_http, serve_stdio
     from docpc_retrievers.index import DocPCIndex
     from docpc_retrievers.serve.service import StoreService
 
@@ -128,21 +137,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_shard(args: argparse.Namespace) -> int:
     """Open one shard of a sharded store, fetch its vectors in the background, and serve it until stopped."""
-    missing = [name for name in missing_serve_modules() if name in ("uvicorn", "starlette")]
-    if missing:
-        raise UsageError(f"serving needs the [serve] extra ({', '.join(missing)} not installed): "
-                         "pip install 'docpc-retrievers[serve]'")
-    from docpc_retrievers.serve.server import is_loopback, parse_bind
+    host, port, token = _address(args, ("uvicorn", "starlette"), over_http=True)
     from docpc_retrievers.serve.shard_searcher import ShardSearcher, serve_shard
     from docpc_retrievers.store.shards import open_shard
 
-    try:
-        host, port = parse_bind(args.bind)
-    except ValueError as exc:
-        raise UsageError(f"--bind {args.bind}: {exc} (give HOST:PORT)") from None
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(host) and not token:
-        raise UsageError(f"--bind {host} is reachable from other machines: give --token (or ${TOKEN_ENV})")
     if args.source:
         start_from_snapshot(args.source, args.store, args.shard, token)
     store, shards = open_shard(args.store, args.shard, **store_kwargs(args))

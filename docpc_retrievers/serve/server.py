@@ -12,11 +12,11 @@ import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from docpc_retrievers.serve.service import StoreService
 
-__all__ = ["is_loopback", "parse_bind", "serve_http", "serve_stdio"]
+__all__ = ["is_loopback", "listening_socket", "parse_bind", "run_until_stopped", "serve_http", "serve_stdio"]
 
 DEFAULT_PORT = 8765
 
@@ -47,6 +47,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def listening_socket(host: str, port: int) -> tuple[socket.socket, int]:
+    """A socket bound to ``host:port`` and listening (port 0: a free one), and the port it got."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock, sock.getsockname()[1]
+
+
+def run_until_stopped(server: Any, sock: socket.socket) -> None:
+    """Run a uvicorn ``server`` on ``sock`` until SIGINT or SIGTERM, then close the socket.
+
+    uvicorn stops on SIGINT and SIGTERM, finishing requests in flight, then raises the signal again for the handler
+    it found: ours turns SIGTERM into KeyboardInterrupt too, so both end here."""
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
+
+
 def serve_http(service: StoreService, host: str, port: int, *, token: str | None, out: TextIO = sys.stdout,
                allow_hosts: Sequence[str] = (), allow_origins: Sequence[str] = ()) -> None:
     """Serve MCP (``/mcp``) and the JSON API on ``host:port`` until SIGINT or SIGTERM; the readiness line goes to
@@ -60,12 +85,7 @@ def serve_http(service: StoreService, host: str, port: int, *, token: str | None
     from docpc_retrievers.serve.web_safety import WebSafety, allowed_hosts
 
     model = service.ready()
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    bound = sock.getsockname()[1]
+    sock, bound = listening_socket(host, port)
     mcp = build_mcp(service, host=host, port=bound)
     routes: dict[str, list[str]] = {"/mcp": ["GET", "POST", "DELETE"]}
     for path, methods, handler in json_routes(service, model):
@@ -77,16 +97,7 @@ def serve_http(service: StoreService, host: str, port: int, *, token: str | None
     shown = f"[{host}]" if ":" in host else host
     print(f"docpc serve: ready at http://{shown}:{bound} (model {model}; MCP at /mcp; JSON at /search, /explain, "
           f"/documents, /info, /health{'; token required' if token else ''})", file=out, flush=True)
-    # uvicorn stops on SIGINT and SIGTERM, finishing requests in flight, then raises the signal again for the
-    # handler it found: ours turns SIGTERM into KeyboardInterrupt too, so both end here and the store is closed.
-    previous = signal.signal(signal.SIGTERM, _stop)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        sock.close()
+    run_until_stopped(server, sock)  # the caller then closes the store
     print("docpc serve: stopped", file=sys.stderr, flush=True)
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -70,7 +68,7 @@ def serve_shard(searcher: ShardSearcher, host: str, port: int, *, token: str | N
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from docpc_retrievers.serve.server import is_loopback
+    from docpc_retrievers.serve.server import is_loopback, listening_socket, run_until_stopped
     from docpc_retrievers.serve.web_safety import WebSafety, allowed_hosts
 
     async def health(request: Request) -> JSONResponse:
@@ -102,26 +100,10 @@ def serve_shard(searcher: ShardSearcher, host: str, port: int, *, token: str | N
                             Route("/snapshot", snapshot, methods=["GET"]),
                             Route("/search", answering(searcher.search), methods=["POST"]),
                             Route("/vectors", answering(searcher.vectors), methods=["POST"])])
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    bound = sock.getsockname()[1]
+    sock, bound = listening_socket(host, port)
     gated = WebSafety(app, routes=routes, token=token, hosts=allowed_hosts(host, bound, is_loopback(host)))
     server = uvicorn.Server(uvicorn.Config(gated, log_level="warning", access_log=False, lifespan="off"))
     shown = f"[{host}]" if ":" in host else host
     print(f"docpc serve-shard: shard {searcher.shard} of {searcher.shards} ready at http://{shown}:{bound} "
           f"({searcher.store.count()} documents)", file=out, flush=True)
-    previous = signal.signal(signal.SIGTERM, _stop)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        sock.close()
-
-
-def _stop(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    run_until_stopped(server, sock)
