@@ -178,3 +178,16 @@ def test_a_new_replica_starts_from_a_searchers_snapshot_and_follows_the_feed_fro
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_shard_searcher_reachable_from_other_machines_needs_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rule as ``docpc serve``: any address but loopback needs a token, said before anything opens."""
+    from docpc_retrievers.cli.app import main
+
+    monkeypatch.delenv("DOCPC_SERVE_TOKEN", raising=False)
+    with pytest.raises(SystemExit) as caught:
+        main(["serve-shard", "--store", str(tmp_path / "nothing"), "--shard", "0", "--bind", "0.0.0.0:0"])
+    assert caught.value.code == 2 and "give --token" in capsys.readouterr().err
+    assert not (tmp_path / "nothing").exists()
