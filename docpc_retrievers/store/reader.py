@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ CHEAP_OPEN = 300
 
 PREFETCH_PAGE = 32
 """Documents a background prefetch reads at a time, holding the store's lock: a search waits at most one such read
-(32 grids of 760 vectors are about 12 MB; a read of 300, about 117 MB, held a search for its whole length)."""
+(32 grids of 760 vectors are about 12 MB; benchmarks/prefetch_lock_bench.py measures the wait)."""
 
 
 class StoreReader:
@@ -307,6 +308,7 @@ class StoreReader:
                         return
                     chunk = [d for d in missing[start : start + PREFETCH_PAGE] if d in self.n and d not in self.cache]
                     self.prefetched += len(self.view.reader.packed(chunk))
+                time.sleep(0.001)  # the lock is not fair: without a pause this thread takes it back before a search
             logger.info("prefetched the vectors of %d documents", self.prefetched)
         except Exception as exc:  # a background helper: the next search fetches what it needs and says what failed
             logger.warning("background prefetch stopped: %s: %s", type(exc).__name__, exc)
