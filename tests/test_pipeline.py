@@ -338,6 +338,42 @@ def test_a_worker_over_its_memory_limit_fails_its_document_alone(tmp_path: Path)
         assert all(r is not None and r.doc is not None for _, r in pool.imap(files, lambda p: (p, document_id(p))))
 
 
+def test_a_worker_that_runs_out_of_memory_handing_pixels_back_reports_too_large_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copying the pixels out can pass a limit that rendering kept within: the document fails alone, not the worker."""
+    from multiprocessing import Pipe
+
+    from docpc_retrievers.documents import rendering
+
+    real = rendering.detach_pixels
+    files = [make_pdf(tmp_path / f"d{i}.pdf", f"hand back {i}", 1) for i in range(2)]
+
+    def detach_once(result, spool, name):  # type: ignore[no-untyped-def]
+        if result.doc is not None and result.doc.path == files[0]:
+            raise MemoryError
+        return real(result, spool, name)
+
+    monkeypatch.setattr(rendering, "detach_pixels", detach_once)
+    to_worker, tasks = Pipe()
+    results, from_worker = Pipe()
+    to_worker.send((RenderJob(IndexSettings(), None, None), None))
+    for path in files:
+        to_worker.send((path, document_id(path)))
+    to_worker.send(None)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        rendering._worker_main(tasks, from_worker)  # in this process, so the forced failure reaches it
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert results.recv() == rendering.WORKER_READY
+    (first, none), (second, pixels) = results.recv(), results.recv()
+    assert none is None and first.doc is None and first.failure is not None
+    assert first.failure.kind == "too_large" and str(files[0]) in first.failure.message
+    assert second.failure is None and second.doc is not None
+    assert rendering.attach_pixels(second, pixels).doc.grid.image is not None  # type: ignore[union-attr]
+
+
 @needs_corpus
 def test_a_page_and_a_grid_of_the_same_canvas_become_the_same_number_of_tokens(tiny_encoder: ColPaliEncoder) -> None:
     from docpc_retrievers.documents.represent import represent_pdf

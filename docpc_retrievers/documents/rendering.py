@@ -94,8 +94,7 @@ def render_document(job: RenderJob, path: Path, doc_id: str, memory_limit: int |
     except PDFLoadError as exc:
         failure = RenderFailure(exc.path, exc.kind, str(exc))
     except MemoryError:
-        limit = f"the worker memory limit of {memory_limit // 2**20} MiB" if memory_limit else "the memory available"
-        failure = RenderFailure(str(path), "too_large", f"{path}: rendering needed more than {limit}")
+        failure = RenderFailure(str(path), "too_large", f"{path}: rendering needed more than {_memory(memory_limit)}")
     except (OSError, ValueError, RuntimeError) as exc:  # a broken file must not stop the batch
         failure = RenderFailure(str(path), "error", f"{path}: {exc}")
     seconds = time.perf_counter() - t0
@@ -148,6 +147,10 @@ def spool_prefix(pool_pid: int, worker_pid: int | None = None) -> str:
     return f"docpc-pixels-{pool_pid}-" + ("" if worker_pid is None else f"{worker_pid}-")
 
 
+def _memory(memory_limit: int | None) -> str:
+    return f"the worker memory limit of {memory_limit // 2**20} MiB" if memory_limit else "the memory available"
+
+
 def detach_pixels(result: Rendered, spool: str | None, name: str) -> tuple[Rendered, Pixels | None]:
     """Write the result's images to ``spool/name`` and return the result without them, plus where they are.
 
@@ -170,6 +173,9 @@ def detach_pixels(result: Rendered, spool: str | None, name: str) -> tuple[Rende
     except OSError:
         _unlink(path)
         return result, None
+    except MemoryError:  # the caller reports the document as too large; no half-written file stays behind
+        _unlink(path)
+        raise
     if doc.grid is not None:
         light = dataclasses.replace(doc, grid=dataclasses.replace(doc.grid, image=None))  # type: ignore[arg-type]
     else:
@@ -228,11 +234,12 @@ def _worker_main(conn_in: Connection, conn_out: Connection) -> None:
         path, doc_id = task
         result = render_document(job, path, doc_id, memory_limit)
         sent += 1
-        light, pixels = detach_pixels(result, spool, f"{prefix}{sent}.raw")
-        try:
-            conn_out.send((light, pixels))
+        try:  # copying the pixels out can pass the memory limit that rendering kept within
+            conn_out.send(detach_pixels(result, spool, f"{prefix}{sent}.raw"))
         except MemoryError:
-            failure = RenderFailure(str(path), "too_large", f"{path}: its pages are too large to hand back")
+            del result
+            message = f"{path}: handing its pages back needed more than {_memory(memory_limit)}"
+            failure = RenderFailure(str(path), "too_large", message)
             conn_out.send((Rendered(None, failure, 0.0), None))
 
 
