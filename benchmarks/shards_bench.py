@@ -39,12 +39,13 @@ from docpc_retrievers.store.shards import ShardedStore, merge_top_k
 log = logging.getLogger("shards_bench")
 
 
-def fill(stores: list[Any], corpus: SyntheticCorpus, n_docs: int, batch: int = 250) -> list[np.ndarray]:
+def fill(stores: list[Any], corpus: SyntheticCorpus, n_docs: int, vectors: int = 760,
+         batch: int = 250) -> list[np.ndarray]:
     """The same documents into every store, a batch at a time; returns a few documents to draw queries from."""
     targets: list[np.ndarray] = []
     for start in range(0, n_docs, batch):
         stop = min(n_docs, start + batch)
-        docs = [corpus.document(760) for _ in range(start, stop)]
+        docs = [corpus.document(vectors) for _ in range(start, stop)]
         ids = [f"{i:032x}" for i in range(start, stop)]
         metas = [{"source": f"/bench/{i}.pdf", "bucket": i % 20} for i in range(start, stop)]
         for store in stores:
@@ -67,6 +68,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--vectors", type=int, default=760,
+                    help="vectors a document (760: an unpooled 2x2 grid; about 253 with pool factor 3)")
     ap.add_argument("--sets", nargs="+", help="only these query sets (default: every set of the generator)")
     ap.add_argument("--chroma-run", action="store_true", help="both stores behind one `chroma run` it starts")
     ap.add_argument("--searchers", action="store_true",
@@ -90,7 +93,7 @@ def main() -> None:
         sharded = ShardedStore(work / "sharded", shards=args.shards, writable=True, collection="sharded", **where)
         corpus = SyntheticCorpus(seed=0, skew=1.1)
         t0 = time.perf_counter()
-        targets = fill([one, sharded], corpus, args.docs)
+        targets = fill([one, sharded], corpus, args.docs, args.vectors)
         log.info("written in %.0f s", time.perf_counter() - t0)
         sets = corpus.query_sets(targets[: args.queries])
         if args.sets:
@@ -98,7 +101,7 @@ def main() -> None:
         for q in next(iter(sets.values()))[:2]:  # warm both: first-use costs are not a query's
             one.search(q, top_k=10)
             sharded.search(q, top_k=10)
-        result: dict[str, Any] = {"cpu": cpu_name(), "docs": args.docs, "shards": args.shards,
+        result: dict[str, Any] = {"cpu": cpu_name(), "docs": args.docs, "shards": args.shards, "vectors": args.vectors,
                                   "chroma_run": args.chroma_run, "sets": {}}
         thin = None
         if args.searchers:
@@ -149,6 +152,11 @@ def main() -> None:
                            thin_p90_ms=1000 * float(np.percentile(t_thin, 90)))
             result["sets"][name] = row
             log.info("%s: %s", name, row)
+        if thin is not None:
+            result["replica"] = start_replica(work, procs[0][1], server.host, server.port)  # type: ignore[union-attr]
+            log.info("replica: %s", result["replica"])
+            result["follow"] = follow_writes(work, thin, corpus, sharded.search, args.vectors, where)
+            log.info("follow: %s", result["follow"])
         one.close()
         sharded.close()
         if thin is not None:
@@ -183,6 +191,60 @@ def start_searchers(work: Path, shards: int, host: str, port: int) -> list[tuple
             raise SystemExit(f"shard {i}'s searcher did not start: {line!r}")
         out.append((proc, found.group(1)))
     return out
+
+
+def start_replica(work: Path, source: str, host: str, port: int) -> dict[str, Any]:
+    """A new searcher of shard 0 started from ``source``'s snapshot: until it listens, until it is warm, its peak
+    resident memory and the bytes its cache holds."""
+    import re
+    import subprocess
+
+    import httpx
+
+    exe = Path(sys.executable).with_name("docpc")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(work / "replica"), "--shard", "0", "--from", source,
+                             "--host", host, "--port", str(port), "--collection", "sharded"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        found = re.search(r"ready at (http://\S+)", proc.stdout.readline())
+        if found is None:
+            raise SystemExit("the replica did not start")
+        listening = time.perf_counter() - t0
+        wait_warm([found.group(1)])
+        warm = time.perf_counter() - t0
+        health = httpx.get(f"{found.group(1)}/health", timeout=60).json()
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    held = sum(f.stat().st_size for f in (work / "replica").rglob("*") if f.is_file())
+    source_docs = httpx.get(f"{source}/health", timeout=60).json()["documents"]
+    return {"documents": health["documents"], "source_documents": source_docs, "listening_s": listening,
+            "warm_s": warm, "peak_rss_mb": peak_kb / 1024, "cache_bytes": held}
+
+
+def follow_writes(work: Path, thin: ShardedStore, corpus: SyntheticCorpus, search: Any, vectors: int,
+                  where: dict[str, Any]) -> dict[str, Any]:
+    """Another writer adds a document and deletes one; whether the reader holding nothing sees both on its next
+    search."""
+    added = corpus.document(vectors)
+    q_added = corpus.query(added)
+    victim = corpus.query(added)  # any query: its best hit is deleted
+    gone = search(victim, top_k=1)[0].id
+    with ShardedStore(work / "other-writer", writable=True, collection="sharded", **where) as writer:
+        t0 = time.perf_counter()
+        writer.add(["f" * 32], [added], [{"source": "/bench/added.pdf", "bucket": 99}])
+        writer.delete([gone])
+        written = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    found = [h.id for h in thin.search(q_added, top_k=10)]
+    seen = time.perf_counter() - t0
+    after = [h.id for h in thin.search(victim, top_k=10)]
+    return {"write_s": written, "next_search_s": seen, "added_found_first": found[:1] == ["f" * 32],
+            "deleted_gone": gone not in after}
 
 
 def wait_warm(urls: list[str], timeout: float = 3600.0) -> None:
@@ -221,6 +283,7 @@ def report(result: dict[str, Any]) -> str:
                      f"{r['sharded_p50_ms']:.1f} / {r['sharded_p90_ms']:.1f} | "
                      f"{r['sharded_p50_ms'] / r['one_p50_ms']:.2f}x | {r['merge_p50_ms']:.3f} |")
     thin = result.get("thin_reader")
+    lines[0] += f"; {result.get('vectors', 760)} vectors a document"
     if thin:
         lines += ["", f"A reader holding nothing (one searcher a shard): opened in {thin['open_s']:.2f} s; its first "
                       f"answer (top 5 with texts and vectors) in {thin['first_answer_s']:.2f} s, receiving "
@@ -229,6 +292,16 @@ def report(result: dict[str, Any]) -> str:
         for name, r in result["sets"].items():
             lines.append(f"| {name} | {r['thin_identical_top10']:.3f} | {r['thin_p50_ms']:.1f} / "
                          f"{r['thin_p90_ms']:.1f} | {r['thin_p50_ms'] / r['one_p50_ms']:.2f}x |")
+    replica, follow = result.get("replica"), result.get("follow")
+    if replica:
+        lines += ["", f"A new replica of shard 0 ({replica['source_documents']:,} documents) from its searcher's "
+                      f"snapshot: listening after {replica['listening_s']:.1f} s, warm after {replica['warm_s']:.1f} s, "
+                      f"peak resident memory {replica['peak_rss_mb']:.0f} MB, cache {replica['cache_bytes'] / 1e9:.2f} GB, "
+                      f"{replica['documents']:,} documents."]
+    if follow:
+        lines += ["", f"Another writer added one document and deleted one ({follow['write_s']:.2f} s); the reader's "
+                      f"next search ({follow['next_search_s']:.2f} s) ranked the added one first: "
+                      f"{follow['added_found_first']}; the deleted one gone: {follow['deleted_gone']}."]
     return "\n".join(lines)
 
 
