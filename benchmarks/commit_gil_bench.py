@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -76,7 +77,8 @@ def main() -> None:
 
     def commit_all(variant: tuple[int, int], watched: bool) -> float | list[float]:
         fields.SNIPPET_BYTES = variant[0]
-        store = MultiVectorStore(tempfile.mkdtemp(prefix="docpc-gil-"), writable=True)
+        folder = tempfile.mkdtemp(prefix="docpc-gil-")
+        store = MultiVectorStore(folder, writable=True)
         store.set_settings({"encoder": {"model": "bench", "dim": 128}, "index": {}})
         stop, delays = threading.Event(), []
         thread = threading.Thread(target=waker, args=(stop, delays))
@@ -93,6 +95,7 @@ def main() -> None:
         if watched:
             thread.join()
         store.close()
+        shutil.rmtree(folder, ignore_errors=True)
         return delays if watched else seconds
 
     runs: dict[str, dict[str, list[Any]]] = {name: {"ms": [], "held": []} for name in VARIANTS}

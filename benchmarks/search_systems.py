@@ -11,7 +11,9 @@ ids best first out.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,7 +43,9 @@ def _current(name: str, rows: Any, ids: list[str], vectors: list[np.ndarray]) ->
     backend = backend_for(kind, rows, dim=vectors[0].shape[1], config=config)
     for s in range(0, len(ids), 1000):
         backend.add(ids[s : s + 1000], [document_centroids(v, config.n_centroids) for v in vectors[s : s + 1000]])
-    backend.save(Path(tempfile.mkdtemp(prefix="search-bench-")))  # searched as a store searches: the saved snapshot
+    saved = tempfile.mkdtemp(prefix="search-bench-")
+    atexit.register(shutil.rmtree, saved, ignore_errors=True)
+    backend.save(Path(saved))  # searched as a store searches: the saved snapshot
 
     def search(q: np.ndarray, allowed: set[str] | None) -> list[str]:
         return [h.id for h in backend.search(q, 10, allowed)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,10 @@ from docpc_retrievers.testing import build_tiny_colqwen2
 
 # The choices timed once per machine (int8 kernel, threads) go to a folder of this run, not the user's cache: each
 # test process and the commands it starts time them once, as a fresh machine would.
-os.environ.setdefault("DOCPC_CACHE_DIR", tempfile.mkdtemp(prefix="docpc-test-cache-"))
+if "DOCPC_CACHE_DIR" not in os.environ:
+    _machine_cache = tempfile.mkdtemp(prefix="docpc-test-cache-")
+    os.environ["DOCPC_CACHE_DIR"] = _machine_cache
+    atexit.register(shutil.rmtree, _machine_cache, ignore_errors=True)  # each test process removes its own
 
 
 @pytest.fixture(scope="session")
