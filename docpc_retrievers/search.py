@@ -52,6 +52,7 @@ class SearchChoices(Protocol):
     aggregate: str
     candidates: int | None
     exhaustive: bool
+    partial: bool
     rerank: bool
     password: str | None
     texts: bool
@@ -98,7 +99,8 @@ class Searcher:
         # meanwhile has already given its slot to the next one there, so nothing below fails on it.
         hits = self.store.search_batch(
             vectors, depth, where=options.filters, ids=within, aggregate=options.aggregate,
-            n_candidates=options.candidates, exhaustive=options.exhaustive, with_text=options.texts, with_vectors=True, with_grid=options.grids,
+            n_candidates=options.candidates, exhaustive=options.exhaustive, with_text=options.texts, with_vectors=True,
+            with_grid=options.grids, partial=options.partial,
         )
         out = []
         for text, q, per_query in zip(texts, vectors, hits):

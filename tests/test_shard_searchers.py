@@ -18,7 +18,7 @@ from e2e_helpers import make_pdf
 from docpc_retrievers import DocPCIndex
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.errors import StoreError
-from docpc_retrievers.store.shards import ShardedStore
+from docpc_retrievers.store.shards import ShardedStore, shard_of
 from docpc_retrievers.testing.chroma_server import chroma_server
 
 DIM = 32
@@ -107,6 +107,34 @@ def test_a_searcher_that_is_down_is_named(farm: tuple[dict, list[_Searcher], Pat
             reader.search(_unit(np.ones((2, DIM))), top_k=3)
     with pytest.raises(StoreError, match="4 shards; 3 searchers"):
         ShardedStore(tmp_path / "reader2", searchers=urls[:3], **where)
+
+
+def test_asked_for_a_partial_answer_a_reader_answers_from_the_searchers_that_answer_and_marks_it(
+    farm: tuple[dict, list[_Searcher], Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    where, searchers, base = farm
+    ids, docs, _ = _docs(80)
+    urls = [s.url for s in searchers]
+    urls[1] = "http://127.0.0.1:9"  # shard 1's searcher is down
+    held_by_1 = next(i for i in range(80) if shard_of(ids[i], SHARDS) == 1)
+    q = _unit(docs[held_by_1][:4] + 0.1)
+    with ShardedStore(base / "local-p", **where) as local, \
+            ShardedStore(tmp_path / "reader", searchers=urls, **where) as reader:
+        whole = local.search(q, top_k=80)
+        want = [(h.id, round(h.score, 5)) for h in whole if shard_of(h.id, SHARDS) != 1][:6]  # the others' best
+        assert len(want) == 6 and want != [(h.id, round(h.score, 5)) for h in whole[:6]]  # shard 1 held some
+        with caplog.at_level("WARNING", logger="docpc_retrievers.store.remote_shards"):
+            got = reader.search(q, top_k=6, partial=True, with_text=True)
+        assert [(h.id, round(h.score, 5)) for h in got] == want
+        assert all(h.metadata["missing_shards"] == [1] for h in got)
+        assert any("shard 1's searcher at http://127.0.0.1:9" in r.getMessage() for r in caplog.records)
+        assert [h.text for h in got] == [f"text {ids.index(h.id)}" for h in got]
+        whole_answer = ShardedStore(tmp_path / "whole", searchers=[s.url for s in searchers], **where)
+        with whole_answer:  # every searcher answering: the whole store's answer, unmarked
+            assert all("missing_shards" not in h.metadata for h in whole_answer.search(q, top_k=6, partial=True))
+    with ShardedStore(tmp_path / "none", searchers=["http://127.0.0.1:9"] * SHARDS, **where) as none:
+        with pytest.raises(StoreError, match="no shard searcher answered"):
+            none.search(q, top_k=3, partial=True)
 
 
 def test_docpc_search_with_searchers_answers_as_the_store_searched_here(

@@ -26,6 +26,7 @@ from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.retrievers.schema import OPTIONS
 from docpc_retrievers.explain.shares import shares_text
 from docpc_retrievers.serve.client import SERVER_ENV
+from docpc_retrievers.store.records import MISSING_SHARDS
 
 __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
 
@@ -235,6 +236,10 @@ def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None, 
         print(f"query {n}: {query}")
     if not results:
         print("no results")
+    missing = next((r.metadata.get(MISSING_SHARDS) for r in results if r.metadata.get(MISSING_SHARDS)), None)
+    if missing:
+        print(f"partial: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not answer; "
+              "these are the best of the others")
     for r in results:
         total = f"{r.total_pages} page{'' if r.total_pages == 1 else 's'}"
         print(f"{r.rank:3d}. {r.score:9.4f}  {r.title or '-'}  [{total}; indexed {page_ranges(r.selected_pages)}]")

@@ -187,6 +187,11 @@ OPTIONS: tuple[Option, ...] = (
            "by path as ``delete`` matches a folder.", nullable=True, cli=("--under",), cli_kind="paths",
            cli_help="search only the documents of this folder or file (repeat for several)", normalize=_folders,
            server="under", server_max=100),
+    Option("partial", False, bool, "A store read through its shard searchers: when a searcher does not answer, "
+           "answer from the others and mark each hit's metadata with ``missing_shards`` instead of failing (a "
+           "store in one piece always answers whole).", check=_flag("partial"), cli=("--partial",), cli_kind="flag",
+           cli_help="with shard searchers: when one does not answer, answer from the others, marked partial",
+           server="partial"),
     Option("score_threshold", None, float | None, "Drop hits scoring below this raw MaxSim score (no fixed scale: "
            "it grows with the query's length).", nullable=True, search=False, check=_number_or_none),
     Option("min_score_ratio", None, float | None, "Drop hits scoring below this share of the top hit's score "

@@ -258,6 +258,7 @@ class MultiVectorStore:
         with_text: bool = False,
         with_vectors: bool = False,
         with_grid: bool = False,
+        partial: bool = False,
     ) -> list[list[ScoredDocument]]:
         """Top documents per query by MaxSim, best first.
 
@@ -269,7 +270,8 @@ class MultiVectorStore:
         ``aggregate``: ``max`` (MaxP), ``mean`` (AvgP) or ``sum`` (SumP).
         ``with_text`` / ``with_vectors`` / ``with_grid``: each hit comes with its stored text / vectors / grid
         preview, read with its metadata, so a document deleted meanwhile is replaced by the next one here rather
-        than failing a caller later.
+        than failing a caller later. ``partial`` is for a store read through shard searchers (``ShardedStore``):
+        a store in one piece always answers whole.
         """
         return self.reader.search_batch(queries, top_k, where=where, ids=ids, n_candidates=n_candidates,
                                         exhaustive=exhaustive, aggregate=aggregate, with_text=with_text,

@@ -21,7 +21,7 @@ from docpc_retrievers.store.chroma_quotas import HOSTED
 from docpc_retrievers.store.engine import DocumentRecord
 from docpc_retrievers.store.search.centroids import document_centroids
 
-__all__ = ["INTERNAL_PREFIX", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "summary_codes", "summary_text",
+__all__ = ["INTERNAL_PREFIX", "MISSING_SHARDS", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "summary_codes", "summary_text",
            "summary_vectors"]
 
 INTERNAL_PREFIX = "_"
@@ -63,6 +63,11 @@ class ScoredDocument:
     anchors: np.ndarray | None = field(default=None, repr=False, compare=False)
     grid: bytes | None = field(default=None, repr=False, compare=False)
     """The grid preview's bytes, when asked for (None also for a page-mode record or a store kept without them)."""
+
+
+MISSING_SHARDS = "missing_shards"
+"""The metadata key of a partial answer's hits (``partial=True`` with shard searchers): the shards whose searchers
+did not answer."""
 
 
 def public(metadata: Mapping[str, Any]) -> dict[str, Any]:

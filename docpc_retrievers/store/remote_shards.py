@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -10,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from docpc_retrievers.errors import StoreError
-from docpc_retrievers.store.records import ScoredDocument
+from docpc_retrievers.store.records import MISSING_SHARDS, ScoredDocument
 from docpc_retrievers.store.shard_routing import merge_top_k, shard_of
 from docpc_retrievers.store.shard_wire import array_from, hits_from, search_request
 
 __all__ = ["RemoteShards"]
+
+logger = logging.getLogger(__name__)
 
 
 class RemoteShards:
@@ -42,16 +45,33 @@ class RemoteShards:
         return response.json()  # type: ignore[no-any-return]
 
     def search(self, queries: Sequence[np.ndarray], top_k: int, groups: dict[int, list[str]] | None, shards: int,
-               options: dict[str, Any]) -> list[list[ScoredDocument]]:
+               options: dict[str, Any], *, partial: bool = False) -> list[list[ScoredDocument]]:
+        """Each query's top ``top_k`` over the shards asked (``groups``: the ids each shard is searched within). A
+        searcher that does not answer raises, or with ``partial`` is left out: the others' hits then name it in
+        their metadata (``missing_shards``) and a warning is logged, so fewer hits are never silent."""
         with_vectors = bool(options.pop("with_vectors", False))
         asked = [i for i in range(shards) if groups is None or i in groups]
 
-        def one(i: int) -> list[list[ScoredDocument]]:
+        def one(i: int) -> list[list[ScoredDocument]] | StoreError:
             body = search_request(queries, top_k, {**options, **({} if groups is None else {"ids": groups[i]})})
-            return [hits_from(hits) for hits in self._post(i, "/search", body)["hits"]]
+            try:
+                return [hits_from(hits) for hits in self._post(i, "/search", body)["hits"]]
+            except StoreError as exc:
+                if not partial:
+                    raise
+                return exc
 
-        answers = list(self.pool.map(one, asked))
+        answered = list(self.pool.map(one, asked))
+        failed = {i: a for i, a in zip(asked, answered) if isinstance(a, StoreError)}
+        if failed and len(failed) == len(asked):
+            raise StoreError(f"no shard searcher answered: {'; '.join(map(str, failed.values()))}")
+        answers = [a for a in answered if not isinstance(a, StoreError)]
         merged = [merge_top_k((answer[q] for answer in answers), top_k) for q in range(len(queries))]
+        if failed:
+            for exc in failed.values():
+                logger.warning("partial answer: %s", exc)
+            missing = sorted(failed)
+            merged = [[replace(h, metadata={**h.metadata, MISSING_SHARDS: missing}) for h in hits] for hits in merged]
         if with_vectors:
             owners: dict[int, set[str]] = {}
             for hits in merged:

@@ -324,15 +324,17 @@ class ShardedStore:
         return self.search_batch([query], top_k, **options)[0]
 
     def search_batch(self, queries: Sequence[np.ndarray], top_k: int = 10, *, ids: Iterable[str] | None = None,
-                     **options: Any) -> list[list[ScoredDocument]]:
+                     partial: bool = False, **options: Any) -> list[list[ScoredDocument]]:
         """Every shard's own top ``top_k`` per query (options as :meth:`MultiVectorStore.search_batch`; ``ids`` go
         to their shards), merged: the whole store's exact top ``top_k``. With searchers, each shard's answer comes
-        from its searcher, and vectors (``with_vectors``) only for the merged hits."""
+        from its searcher, and vectors (``with_vectors``) only for the merged hits; a searcher that does not answer
+        is a :class:`StoreError` naming it, or with ``partial`` the others' merged answer, each hit's metadata
+        naming the ``missing_shards``. Shards read in this process always answer."""
         groups = None if ids is None else self._by_shard(ids)
         if groups is not None and not groups:
             return [[] for _ in queries]
         if self.remote is not None:
-            return self.remote.search(queries, top_k, groups, len(self.shards), options)
+            return self.remote.search(queries, top_k, groups, len(self.shards), options, partial=partial)
 
         def one(i: int) -> list[list[ScoredDocument]]:
             if groups is not None and i not in groups:
