@@ -159,12 +159,22 @@ def test_docpc_search_with_searchers_answers_as_the_store_searched_here(
         try:
             code = main([*common, "--store", str(tmp_path / "reader"), "--searcher", searchers[0].url,
                          "--searcher", searchers[1].url])
+            got = [(r["id"], round(r["score"], 4)) for r in json.loads(capsys.readouterr().out)]
+            one_down = [*common[:-1], "--store", str(tmp_path / "reader"), "--searcher", searchers[0].url,
+                        "--searcher", "http://127.0.0.1:9"]
+            assert main(one_down) != 0
+            assert "shard 1's searcher at http://127.0.0.1:9 did not answer" in capsys.readouterr().err
+            assert main([*one_down, "--partial"]) == 0
+            partial = capsys.readouterr().out
         finally:
             for s in searchers:
                 s.stop()
     assert code == 0
-    got = [(r["id"], round(r["score"], 4)) for r in json.loads(capsys.readouterr().out)]
     assert len(got) == 5 and got == expected
+    assert "partial: shard 1 did not answer" in partial
+    shown = re.findall(r"id=([0-9a-f]+)", partial)
+    assert shown and all(shard_of(i, 2) == 0 for i in shown)  # shard 0's documents, ranked as before
+    assert shown == [i for i, _ in expected if shard_of(i, 2) == 0]
 
 
 def test_a_new_replica_starts_from_a_searchers_snapshot_and_follows_the_feed_from_there(
