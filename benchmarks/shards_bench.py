@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import statistics
 import sys
@@ -75,11 +76,25 @@ def main() -> None:
     ap.add_argument("--searchers", action="store_true",
                     help="also start one `docpc serve-shard` per shard and measure a reader that holds nothing "
                     "(needs --chroma-run: the searchers are other processes)")
+    ap.add_argument("--exact", type=int, default=5,
+                    help="queries a set also answered exhaustively by both stores: the merge checked where both are "
+                    "exact, and each one's default answer against that truth")
+    ap.add_argument("--threads", type=int,
+                    help="threads each searcher searches with (default: this machine's cores shared among them)")
+    ap.add_argument("--keep", type=Path,
+                    help="build the stores in this folder and keep them; a later run given the same folder searches "
+                    "them again without writing")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line a Chroma request otherwise
-    work = Path(tempfile.mkdtemp(prefix="shards-bench-"))
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        for scratch in ("thin", "warm-up", "replica", "other-writer"):
+            shutil.rmtree(args.keep / scratch, ignore_errors=True)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="shards-bench-"))
+    built = work / "bench.json"
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.shards)
     server = None
     try:
         where: dict[str, Any] = {}
@@ -92,9 +107,22 @@ def main() -> None:
         one = MultiVectorStore(work / "one", writable=True, collection="one", **where)
         sharded = ShardedStore(work / "sharded", shards=args.shards, writable=True, collection="sharded", **where)
         corpus = SyntheticCorpus(seed=0, skew=1.1)
-        t0 = time.perf_counter()
-        targets = fill([one, sharded], corpus, args.docs, args.vectors)
-        log.info("written in %.0f s", time.perf_counter() - t0)
+        if built.exists():  # kept from an earlier run: the same documents, and the generator where it stood
+            kept = json.loads(built.read_text())
+            if (kept["docs"], kept["shards"], kept["vectors"]) != (args.docs, args.shards, args.vectors):
+                raise SystemExit(f"{work} holds {kept['docs']} documents of {kept['vectors']} vectors in "
+                                 f"{kept['shards']} shards")
+            corpus.rng.bit_generator.state = kept["rng"]
+            targets = list(np.load(work / "targets.npy"))
+            log.info("searching the stores kept in %s", work)
+        else:
+            t0 = time.perf_counter()
+            targets = fill([one, sharded], corpus, args.docs, args.vectors)
+            log.info("written in %.0f s", time.perf_counter() - t0)
+            if args.keep:
+                np.save(work / "targets.npy", np.stack(targets))
+                built.write_text(json.dumps({"docs": args.docs, "shards": args.shards, "vectors": args.vectors,
+                                             "rng": corpus.rng.bit_generator.state}))
         sets = corpus.query_sets(targets[: args.queries])
         if args.sets:
             sets = {name: qs for name, qs in sets.items() if name in args.sets}
@@ -102,12 +130,13 @@ def main() -> None:
             one.search(q, top_k=10)
             sharded.search(q, top_k=10)
         result: dict[str, Any] = {"cpu": cpu_name(), "docs": args.docs, "shards": args.shards, "vectors": args.vectors,
+                                  "searcher_threads": threads if args.searchers else None,
                                   "chroma_run": args.chroma_run, "sets": {}}
         thin = None
         if args.searchers:
             if server is None:
                 raise SystemExit("--searchers needs --chroma-run (the searchers are other processes)")
-            procs = start_searchers(work, args.shards, server.host, server.port)
+            procs = start_searchers(work, args.shards, server.host, server.port, threads)
             # the searchers are long-lived: warm (their shard's vectors fetched) and asked by a first reader, as a
             # running deployment's are; the reader measured next is new and holds nothing
             wait_warm([url for _, url in procs])
@@ -128,6 +157,15 @@ def main() -> None:
         for name, qs in sets.items():
             kwargs = {"where": {"bucket": 0}} if name.startswith("filter") else {}
             same, t_one, t_sharded, t_merge, t_thin, same_thin = 0, [], [], [], [], 0
+            exact_same, recall_one, recall_sharded = 0, [], []
+            for q in qs[: args.exact]:  # both exhaustive: the merge is exact where each shard's answer is
+                ea = one.search(q, top_k=10, exhaustive=True, **kwargs)
+                eb = sharded.search(q, top_k=10, exhaustive=True, **kwargs)
+                exact_same += [(h.id, round(h.score, 4)) for h in ea] == [(h.id, round(h.score, 4)) for h in eb]
+                truth = {h.id for h in ea}
+                recall_one.append(len(truth & {h.id for h in one.search(q, top_k=10, **kwargs)}) / max(1, len(truth)))
+                recall_sharded.append(len(truth & {h.id for h in sharded.search(q, top_k=10, **kwargs)})
+                                      / max(1, len(truth)))
             for q in qs:
                 a, ta = timed(one.search, q, **kwargs)
                 b, tb = timed(sharded.search, q, **kwargs)
@@ -147,15 +185,19 @@ def main() -> None:
                    "sharded_p50_ms": 1000 * statistics.median(t_sharded),
                    "sharded_p90_ms": 1000 * float(np.percentile(t_sharded, 90)),
                    "merge_p50_ms": 1000 * statistics.median(t_merge)}
+            if recall_one:
+                row.update(exact_queries=len(recall_one), exhaustive_identical=exact_same / len(recall_one),
+                           one_recall10=statistics.mean(recall_one), sharded_recall10=statistics.mean(recall_sharded))
             if t_thin:
                 row.update(thin_identical_top10=same_thin / len(qs), thin_p50_ms=1000 * statistics.median(t_thin),
                            thin_p90_ms=1000 * float(np.percentile(t_thin, 90)))
             result["sets"][name] = row
             log.info("%s: %s", name, row)
         if thin is not None:
-            result["replica"] = start_replica(work, procs[0][1], server.host, server.port)  # type: ignore[union-attr]
+            result["replica"] = start_replica(work, procs[0][1], server.host, server.port,  # type: ignore[union-attr]
+                                              threads)
             log.info("replica: %s", result["replica"])
-            result["follow"] = follow_writes(work, thin, corpus, sharded.search, args.vectors, where)
+            result["follow"] = follow_writes(work, thin, corpus, [one, sharded], args.vectors, where)
             log.info("follow: %s", result["follow"])
         one.close()
         sharded.close()
@@ -170,11 +212,13 @@ def main() -> None:
     finally:
         if server is not None:
             server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
-def start_searchers(work: Path, shards: int, host: str, port: int) -> list[tuple[Any, str]]:
-    """One ``docpc serve-shard`` per shard, each with its own cache folder; (process, address) once each is ready."""
+def start_searchers(work: Path, shards: int, host: str, port: int, threads: int) -> list[tuple[Any, str]]:
+    """One ``docpc serve-shard`` per shard, each with its own cache folder and ``threads`` threads (they share this
+    machine's cores); (process, address) once each is ready."""
     import re
     import subprocess
 
@@ -182,7 +226,8 @@ def start_searchers(work: Path, shards: int, host: str, port: int) -> list[tuple
     out = []
     for i in range(shards):
         proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(work / f"searcher-{i}"), "--shard", str(i),
-                                 "--host", host, "--port", str(port), "--collection", "sharded"],
+                                 "--host", host, "--port", str(port), "--collection", "sharded",
+                                 "--threads", str(threads)],
                                 stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -193,7 +238,7 @@ def start_searchers(work: Path, shards: int, host: str, port: int) -> list[tuple
     return out
 
 
-def start_replica(work: Path, source: str, host: str, port: int) -> dict[str, Any]:
+def start_replica(work: Path, source: str, host: str, port: int, threads: int) -> dict[str, Any]:
     """A new searcher of shard 0 started from ``source``'s snapshot: until it listens, until it is warm, its peak
     resident memory and the bytes its cache holds."""
     import re
@@ -204,7 +249,7 @@ def start_replica(work: Path, source: str, host: str, port: int) -> dict[str, An
     exe = Path(sys.executable).with_name("docpc")
     t0 = time.perf_counter()
     proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(work / "replica"), "--shard", "0", "--from", source,
-                             "--host", host, "--port", str(port), "--collection", "sharded"],
+                             "--host", host, "--port", str(port), "--collection", "sharded", "--threads", str(threads)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -226,24 +271,28 @@ def start_replica(work: Path, source: str, host: str, port: int) -> dict[str, An
             "warm_s": warm, "peak_rss_mb": peak_kb / 1024, "cache_bytes": held}
 
 
-def follow_writes(work: Path, thin: ShardedStore, corpus: SyntheticCorpus, search: Any, vectors: int,
+def follow_writes(work: Path, thin: ShardedStore, corpus: SyntheticCorpus, stores: list[Any], vectors: int,
                   where: dict[str, Any]) -> dict[str, Any]:
     """Another writer adds a document and deletes one; whether the reader holding nothing sees both on its next
-    search."""
+    search. The one store is changed alike, so kept stores stay the same documents."""
     added = corpus.document(vectors)
     q_added = corpus.query(added)
     victim = corpus.query(added)  # any query: its best hit is deleted
-    gone = search(victim, top_k=1)[0].id
+    gone = stores[1].search(victim, top_k=1)[0].id
+    new_id = f"f{time.time_ns():031x}"[:32]
+    meta = {"source": f"/bench/added-{new_id}.pdf", "bucket": 99}
     with ShardedStore(work / "other-writer", writable=True, collection="sharded", **where) as writer:
         t0 = time.perf_counter()
-        writer.add(["f" * 32], [added], [{"source": "/bench/added.pdf", "bucket": 99}])
+        writer.add([new_id], [added], [meta])
         writer.delete([gone])
         written = time.perf_counter() - t0
+    stores[0].add([new_id], [added], [meta])
+    stores[0].delete([gone])
     t0 = time.perf_counter()
     found = [h.id for h in thin.search(q_added, top_k=10)]
     seen = time.perf_counter() - t0
     after = [h.id for h in thin.search(victim, top_k=10)]
-    return {"write_s": written, "next_search_s": seen, "added_found_first": found[:1] == ["f" * 32],
+    return {"write_s": written, "next_search_s": seen, "added_found_first": found[:1] == [new_id],
             "deleted_gone": gone not in after}
 
 
@@ -276,16 +325,20 @@ def count_bytes(store: ShardedStore) -> list[int]:
 def report(result: dict[str, Any]) -> str:
     lines = [f"{result['docs']:,} synthetic documents, {result['shards']} shards"
              f"{' behind chroma run' if result['chroma_run'] else ', embedded'}; CPU: {result['cpu']}", "",
-             "| set | identical top 10 | one store p50 / p90 ms | sharded p50 / p90 ms | sharded p50 / one's | merge p50 ms |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| set | identical top 10 | exhaustive: identical | recall@10 one / sharded | one store p50 / p90 ms "
+             "| sharded p50 / p90 ms | sharded p50 / one's | merge p50 ms |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in result["sets"].items():
-        lines.append(f"| {name} | {r['identical_top10']:.3f} | {r['one_p50_ms']:.1f} / {r['one_p90_ms']:.1f} | "
+        exact = (f"{r['exhaustive_identical']:.3f} ({r['exact_queries']}) | {r['one_recall10']:.3f} / "
+                 f"{r['sharded_recall10']:.3f}") if "exact_queries" in r else "- | -"
+        lines.append(f"| {name} | {r['identical_top10']:.3f} | {exact} | {r['one_p50_ms']:.1f} / {r['one_p90_ms']:.1f} | "
                      f"{r['sharded_p50_ms']:.1f} / {r['sharded_p90_ms']:.1f} | "
                      f"{r['sharded_p50_ms'] / r['one_p50_ms']:.2f}x | {r['merge_p50_ms']:.3f} |")
     thin = result.get("thin_reader")
     lines[0] += f"; {result.get('vectors', 760)} vectors a document"
     if thin:
-        lines += ["", f"A reader holding nothing (one searcher a shard): opened in {thin['open_s']:.2f} s; its first "
+        lines += ["", f"A reader holding nothing (one searcher a shard, {result.get('searcher_threads')} thread(s) "
+                      f"each): opened in {thin['open_s']:.2f} s; its first "
                       f"answer (top 5 with texts and vectors) in {thin['first_answer_s']:.2f} s, receiving "
                       f"{thin['first_answer_bytes'] / 1e6:.2f} MB.", "",
                   "| set | identical top 10 | p50 / p90 ms | p50 / one store's |", "|---|---:|---:|---:|"]

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from e2e_helpers import make_pdf
@@ -40,11 +41,11 @@ def _docs(n: int) -> tuple[list[str], list[np.ndarray], list[dict]]:
 class _Searcher:
     """One ``docpc serve-shard`` process, its address read from its readiness line."""
 
-    def __init__(self, cache: Path, shard: int, host: str, port: int) -> None:
+    def __init__(self, cache: Path, shard: int, host: str, port: int, *extra: str) -> None:
         exe = Path(sys.executable).with_name("docpc")
         self.proc = subprocess.Popen(
             [str(exe), "serve-shard", "--store", str(cache), "--shard", str(shard), "--host", host, "--port", str(port),
-             "--collection", "farm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+             "--collection", "farm", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -68,7 +69,9 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, list[
         where = {"host": server.host, "port": server.port, "collection": "farm"}
         with ShardedStore(base / "writer", shards=SHARDS, writable=True, **where) as writer:
             writer.add(ids, docs, metas, texts=[f"text {i}" for i in range(len(ids))])
-        searchers = [_Searcher(base / f"searcher-{i}", i, server.host, server.port) for i in range(SHARDS)]
+        # four searchers on this machine's cores, each given one thread, as docs/store.md says to
+        searchers = [_Searcher(base / f"searcher-{i}", i, server.host, server.port, "--threads", "1")
+                     for i in range(SHARDS)]
         try:
             yield where, searchers, base
         finally:
@@ -93,6 +96,7 @@ def test_a_reader_with_shard_searchers_answers_what_a_local_sharded_search_answe
                 assert [h.text for h in got] == [h.text for h in want]
                 assert all(np.array_equal(a.vectors, b.vectors) for a, b in zip(got, want))
         assert thin.count() == 80
+        assert [httpx.get(f"{s.url}/health").json()["threads"] for s in searchers] == [1] * SHARDS
         # nothing of a shard's search was held by the thin reader: its caches hold no vectors or summaries
         held = sum(f.stat().st_size for f in (base / "thin").rglob("*") if f.is_file() and "chroma" not in f.parts)
         assert held < 64 * 1024, held

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy  # noqa: F401  (loads the BLAS this limits)
@@ -108,3 +110,31 @@ def test_a_store_builds_its_summaries_on_one_blas_thread(tmp_path: object, monke
         store.add(["a", "b", "c"], [d / np.linalg.norm(d, axis=1, keepdims=True) for d in docs], [{}, {}, {}])
     assert seen == [{1}, {1}, {1}]
     assert _blas_threads() != {1}  # and the limit is lifted after
+
+
+def test_a_search_thread_limit_holds_torch_blas_and_the_approximate_pass_to_it() -> None:
+    """What ``docpc serve-shard --threads`` sets: several searchers on one machine's cores must not each spin on all
+    of them (run in a child: the limit is process-wide)."""
+    code = (
+        "import sys\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from docpc_retrievers.store import shortlist_threads as st\n"
+        "st.limit_search_threads(1)\n"
+        "assert 'torch' not in sys.modules and st.search_thread_limit() == 1\n"
+        "import torch\n"  # as a first search imports it
+        "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
+        "assert st.shortlist_pool() is None\n"
+        "assert all(p['num_threads'] == 1 for p in threadpool_info()), threadpool_info()\n"
+        "try:\n"
+        "    st.limit_search_threads(0)\n"
+        "except ValueError as exc:\n"
+        "    assert 'threads must be >= 1' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('0 threads accepted')\n"
+        "torch.set_num_threads(2)\n"
+        "st.limit_search_threads(1)\n"  # torch already loaded: set on it
+        "assert torch.get_num_threads() == 1\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from docpc_retrievers.cli.common import (
-    EXIT_OK, UsageError, add_store_options, encoder_options, require_store, store_kwargs,
+    EXIT_OK, UsageError, add_store_options, encoder_options, positive_int, require_store, store_kwargs,
 )
 from docpc_retrievers.serve.client import TOKEN_ENV
 
@@ -71,6 +71,10 @@ def register(sub: Any) -> None:
                    help="start as a new replica from the snapshot another searcher of the same shard publishes at "
                    "URL (its cache, then the change feed replayed from there): no document's vectors are pulled "
                    "one by one; --store must be new")
+    s.add_argument("--threads", type=positive_int, metavar="N",
+                   help="threads it searches with (default: every core it may run on). Several searchers on one "
+                   "machine: give each its share of the cores (or pin each with taskset), or their threads spin "
+                   "against each other")
     s.set_defaults(func=run_shard)
 
 
@@ -141,6 +145,10 @@ def run_shard(args: argparse.Namespace) -> int:
     from docpc_retrievers.serve.shard_searcher import ShardSearcher, serve_shard
     from docpc_retrievers.store.shards import open_shard
 
+    if args.threads:
+        from docpc_retrievers.store.shortlist_threads import limit_search_threads
+
+        limit_search_threads(args.threads)
     if args.source:
         start_from_snapshot(args.source, args.store, args.shard, token)
     store, shards = open_shard(args.store, args.shard, **store_kwargs(args))

@@ -31,8 +31,11 @@ class ShardSearcher:
         self.store, self.shard, self.shards = store, shard, shards
 
     def health(self) -> dict[str, Any]:
+        """Its shard, documents, whether it is still fetching its vectors, and its thread limit (None: all cores)."""
+        from docpc_retrievers.store.shortlist_threads import search_thread_limit
+
         return {"status": "ok", "shard": self.shard, "shards": self.shards, "documents": self.store.count(),
-                "prefetching": self.store.reader.prefetching}
+                "prefetching": self.store.reader.prefetching, "threads": search_thread_limit()}
 
     def search(self, body: dict[str, Any]) -> dict[str, Any]:
         """Each query's exact top k in this shard (the body as :func:`shard_wire.search_request` writes it)."""
