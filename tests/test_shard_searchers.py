@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -170,6 +171,7 @@ def test_docpc_search_with_searchers_answers_as_the_store_searched_here(
             assert "shard 1's searcher at http://127.0.0.1:9 did not answer" in capsys.readouterr().err
             assert main([*one_down, "--partial"]) == 0
             partial = capsys.readouterr().out
+            served = _served_through(tmp_path, tiny_checkpoint, server, [s.url for s in searchers])
         finally:
             for s in searchers:
                 s.stop()
@@ -179,6 +181,32 @@ def test_docpc_search_with_searchers_answers_as_the_store_searched_here(
     shown = re.findall(r"id=([0-9a-f]+)", partial)
     assert shown and all(shard_of(i, 2) == 0 for i in shown)  # shard 0's documents, ranked as before
     assert shown == [i for i, _ in expected if shard_of(i, 2) == 0]
+    assert served == expected  # `docpc serve --searcher`: the JSON API (and MCP, the same service) answers alike
+
+
+def _served_through(tmp_path: Path, checkpoint: Path, server: Any, searchers: list[str]) -> list[tuple[str, float]]:
+    """`docpc serve` reading the sharded store through its searchers: its /search answer, and its folder holding no
+    shard's vectors (its prefetch does nothing)."""
+    exe = Path(sys.executable).with_name("docpc")
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--store", str(tmp_path / "served"), "--host", server.host, "--port", str(server.port),
+         "--collection", "farm", "--model", str(checkpoint), "--bind", "127.0.0.1:0",
+         *(arg for url in searchers for arg in ("--searcher", url))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"ready at (http://\S+)", line)
+        assert found, (line, proc.stderr.read() if proc.stderr else "")
+        answer = httpx.post(f"{found.group(1)}/search", json={"query": "searcher document", "k": 5}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        hits = answer.json()["results"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    held = sum(f.stat().st_size for f in (tmp_path / "served").rglob("vec-*.bin"))
+    assert held == 0, held
+    return [(r["id"], round(r["score"], 4)) for r in hits]
 
 
 def test_a_new_replica_starts_from_a_searchers_snapshot_and_follows_the_feed_from_there(

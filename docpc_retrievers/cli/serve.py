@@ -43,6 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="a web page origin (scheme://host[:port]) allowed to call the server (repeatable); requests "
                    "carrying any other Origin are refused")
+    _searcher_options(p)
     p.set_defaults(func=run)
     m = sub.add_parser(
         "mcp", help="answer MCP on standard input and output (what desktop clients and the MCP Inspector start)",
@@ -54,6 +55,7 @@ def register(sub: Any) -> None:
     m.add_argument("--image-side", type=int, default=1024,
                    help="longest side of returned page images (pixels, 32 to 8192; default 1024)")
     m.add_argument("--full-paths", action="store_true", help="name sources, the store and the model by their full paths")
+    _searcher_options(m)
     m.set_defaults(func=run, transport="stdio", bind="127.0.0.1:0", token=None, allow_host=[], allow_origin=[])
     s = sub.add_parser(
         "serve-shard", help="hold one shard of a sharded store warm and answer readers' searches (no model)",
@@ -76,6 +78,14 @@ def register(sub: Any) -> None:
                    "machine: give each its share of the cores (or pin each with taskset), or their threads spin "
                    "against each other")
     s.set_defaults(func=run_shard)
+
+
+def _searcher_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--searcher", action="append", metavar="URL",
+                   help="a sharded store's shard searcher (`docpc serve-shard`), one per shard in shard order "
+                   "(repeat): searches are answered by them and merged here, and this server holds no shard's vectors")
+    p.add_argument("--searcher-token", metavar="TOKEN",
+                   help=f"the searchers' bearer token (default: this server's own, --token or ${TOKEN_ENV})")
 
 
 #: What `docpc serve` and `docpc mcp` import, with the extra that installs them.
@@ -119,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--image-side {args.image_side}: give a number of pixels from 32 to 8192")
     require_store(args)
     kwargs = store_kwargs(args)
+    if args.searcher:
+        kwargs.update(searchers=args.searcher, searcher_token=args.searcher_token or token
+                      or os.environ.get(TOKEN_ENV) or None)
     index = DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **kwargs)
     index.store.prefetch()  # a long-lived reader: every document's vectors come into the cache in the background
 

@@ -312,10 +312,16 @@ class ShardedStore:
         return out
 
     def warm(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Every shard's vectors into this process's caches; nothing with searchers (they hold the vectors)."""
+        if self.remote is not None:
+            return {"shards": [], "searchers": self.remote.urls}
         done = [s.warm(on_progress) for s in self.shards]
         return {"shards": done}
 
     def prefetch(self) -> None:
+        """Fetch every shard's vectors in the background; nothing with searchers: a reader of them holds none."""
+        if self.remote is not None:
+            return
         for shard in self.shards:
             shard.prefetch()
 
