@@ -236,11 +236,12 @@ def _worker_main(conn_in: Connection, conn_out: Connection) -> None:
         sent += 1
         try:  # copying the pixels out can pass the memory limit that rendering kept within
             conn_out.send(detach_pixels(result, spool, f"{prefix}{sent}.raw"))
+            continue
         except MemoryError:
-            del result
-            message = f"{path}: handing its pages back needed more than {_memory(memory_limit)}"
-            failure = RenderFailure(str(path), "too_large", message)
-            conn_out.send((Rendered(None, failure, 0.0), None))
+            pass  # reported below, once the error's frames (holding the pixels) are gone with this block
+        del result
+        message = f"{path}: handing its pages back needed more than {_memory(memory_limit)}"
+        conn_out.send((Rendered(None, RenderFailure(str(path), "too_large", message), 0.0), None))
 
 
 def serve(read_fd: int, write_fd: int) -> None:
