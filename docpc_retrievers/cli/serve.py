@@ -130,8 +130,7 @@ def run(args: argparse.Namespace) -> int:
     require_store(args)
     kwargs = store_kwargs(args)
     if args.searcher:
-        kwargs.update(searchers=args.searcher, searcher_token=args.searcher_token or token
-                      or os.environ.get(TOKEN_ENV) or None)
+        kwargs.update(searchers=args.searcher, searcher_token=args.searcher_token or token)
     index = DocPCIndex(args.store, model=args.model, encoder_kwargs=encoder_options(args), **kwargs)
     index.store.prefetch()  # a long-lived reader: every document's vectors come into the cache in the background
 

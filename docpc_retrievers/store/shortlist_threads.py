@@ -16,21 +16,14 @@ import numpy as np
 
 from docpc_retrievers.blas_threads import one_openmp_thread, openmp_pinning_works
 from docpc_retrievers.machine.choices import Choice, timed_choice
+from docpc_retrievers.machine.cpu import this_cpu
 from docpc_retrievers.scoring.maxsim import maxsim_int8
 
 __all__ = ["THREADS_ENV", "limit_search_threads", "search_thread_limit", "shortlist_pool", "threads_choice"]
 
 
-def _cores() -> int:
-    """The cores this process may run on (its affinity: ``taskset`` narrows it), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 _POOL: ThreadPoolExecutor | None = None
-_POOL_SIZE = max(1, min(4, _cores()))
+_POOL_SIZE = max(1, min(4, this_cpu().cores))  # the cores this process may run on: taskset narrows them
 _POOL_LOCK = threading.Lock()
 _LIMIT: int | None = None
 _PINNABLE: bool | None = None
