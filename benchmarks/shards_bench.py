@@ -216,50 +216,44 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def start_searchers(work: Path, shards: int, host: str, port: int, threads: int) -> list[tuple[Any, str]]:
-    """One ``docpc serve-shard`` per shard, each with its own cache folder and ``threads`` threads (they share this
-    machine's cores); (process, address) once each is ready."""
+def start_searcher(cache: Path, shard: int, host: str, port: int, threads: int, *extra: str) -> tuple[Any, str]:
+    """One ``docpc serve-shard`` of ``shard`` with its own cache folder and ``threads`` threads; (process, address)
+    once it listens."""
     import re
     import subprocess
 
     exe = Path(sys.executable).with_name("docpc")
-    out = []
-    for i in range(shards):
-        proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(work / f"searcher-{i}"), "--shard", str(i),
-                                 "--host", host, "--port", str(port), "--collection", "sharded",
-                                 "--threads", str(threads)],
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"ready at (http://\S+)", line)
-        if found is None:
-            raise SystemExit(f"shard {i}'s searcher did not start: {line!r}")
-        out.append((proc, found.group(1)))
-    return out
+    proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(cache), "--shard", str(shard), "--host", host,
+                             "--port", str(port), "--collection", "sharded", "--threads", str(threads), *extra],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"ready at (http://\S+)", line)
+    if found is None:
+        proc.kill()
+        raise SystemExit(f"shard {shard}'s searcher did not start: {line!r}")
+    return proc, found.group(1)
+
+
+def start_searchers(work: Path, shards: int, host: str, port: int, threads: int) -> list[tuple[Any, str]]:
+    """One searcher per shard (they share this machine's cores)."""
+    return [start_searcher(work / f"searcher-{i}", i, host, port, threads) for i in range(shards)]
 
 
 def start_replica(work: Path, source: str, host: str, port: int, threads: int) -> dict[str, Any]:
     """A new searcher of shard 0 started from ``source``'s snapshot: until it listens, until it is warm, its peak
     resident memory and the bytes its cache holds."""
     import re
-    import subprocess
 
     import httpx
 
-    exe = Path(sys.executable).with_name("docpc")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(exe), "serve-shard", "--store", str(work / "replica"), "--shard", "0", "--from", source,
-                             "--host", host, "--port", str(port), "--collection", "sharded", "--threads", str(threads)],
-                            stdout=subprocess.PIPE, text=True)
+    proc, url = start_searcher(work / "replica", 0, host, port, threads, "--from", source)
     try:
-        assert proc.stdout is not None
-        found = re.search(r"ready at (http://\S+)", proc.stdout.readline())
-        if found is None:
-            raise SystemExit("the replica did not start")
         listening = time.perf_counter() - t0
-        wait_warm([found.group(1)])
+        wait_warm([url])
         warm = time.perf_counter() - t0
-        health = httpx.get(f"{found.group(1)}/health", timeout=60).json()
+        health = httpx.get(f"{url}/health", timeout=60).json()
         status = Path(f"/proc/{proc.pid}/status").read_text()
         peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
     finally:
