@@ -254,15 +254,15 @@ def start_replica(work: Path, source: str, host: str, port: int, threads: int) -
         wait_warm([url])
         warm = time.perf_counter() - t0
         health = httpx.get(f"{url}/health", timeout=60).json()
-        status = Path(f"/proc/{proc.pid}/status").read_text()
-        peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+        status = Path(f"/proc/{proc.pid}/status")  # Linux; elsewhere the peak is not reported
+        peak = re.search(r"VmHWM:\s+(\d+)", status.read_text()) if status.exists() else None
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     held = sum(f.stat().st_size for f in (work / "replica").rglob("*") if f.is_file())
     source_docs = httpx.get(f"{source}/health", timeout=60).json()["documents"]
     return {"documents": health["documents"], "source_documents": source_docs, "listening_s": listening,
-            "warm_s": warm, "peak_rss_mb": peak_kb / 1024, "cache_bytes": held}
+            "warm_s": warm, "peak_rss_mb": int(peak.group(1)) / 1024 if peak else None, "cache_bytes": held}
 
 
 def follow_writes(work: Path, thin: ShardedStore, corpus: SyntheticCorpus, stores: list[Any], vectors: int,
@@ -316,6 +316,10 @@ def count_bytes(store: ShardedStore) -> list[int]:
     return received
 
 
+def _mb(value: float | None) -> str:
+    return "not read here" if value is None else f"{value:.0f} MB"
+
+
 def report(result: dict[str, Any]) -> str:
     lines = [f"{result['docs']:,} synthetic documents, {result['shards']} shards"
              f"{' behind chroma run' if result['chroma_run'] else ', embedded'}; CPU: {result['cpu']}", "",
@@ -343,7 +347,7 @@ def report(result: dict[str, Any]) -> str:
     if replica:
         lines += ["", f"A new replica of shard 0 ({replica['source_documents']:,} documents) from its searcher's "
                       f"snapshot: listening after {replica['listening_s']:.1f} s, warm after {replica['warm_s']:.1f} s, "
-                      f"peak resident memory {replica['peak_rss_mb']:.0f} MB, cache {replica['cache_bytes'] / 1e9:.2f} GB, "
+                      f"peak resident memory {_mb(replica['peak_rss_mb'])}, cache {replica['cache_bytes'] / 1e9:.2f} GB, "
                       f"{replica['documents']:,} documents."]
     if follow:
         lines += ["", f"Another writer added one document and deleted one ({follow['write_s']:.2f} s); the reader's "
