@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from PIL import Image
-
 from docpc_retrievers.config import IndexSettings
 from docpc_retrievers.documents.preview import encode_grid
 from docpc_retrievers.documents.represent import RepresentedDocument, represent_pdf
 from docpc_retrievers.errors import PDFLoadError
+from docpc_retrievers.pixel_files import SHARED_MEMORY as SPOOL_DIR
+from docpc_retrievers.pixel_files import PixelEntry, read_images, spool_dir, write_images
 
 __all__ = [
     "DEFAULT_WORKER_MEMORY",
@@ -35,6 +35,7 @@ __all__ = [
     "RenderFailure",
     "RenderJob",
     "Rendered",
+    "SPOOL_DIR",
     "attach_pixels",
     "detach_pixels",
     "render_document",
@@ -130,16 +131,12 @@ def _limit_memory(limit: int | None) -> None:
         logger.debug("render worker memory limit not set: %s", exc)
 
 
-SPOOL_DIR = "/dev/shm"
-"""Where workers leave rendered pixels for the pool (a RAM file system on Linux); without it they go through the pipe."""
-
-
 @dataclass(frozen=True)
 class Pixels:
     """Where a result's images wait: a file of raw pixels and, per image, ``(mode, (width, height), offset, bytes)``."""
 
     path: str
-    images: tuple[tuple[str, tuple[int, int], int, int], ...]
+    images: tuple[PixelEntry, ...]
 
 
 def spool_prefix(pool_pid: int, worker_pid: int | None = None) -> str:
@@ -156,56 +153,34 @@ def detach_pixels(result: Rendered, spool: str | None, name: str) -> tuple[Rende
 
     Returns the result unchanged and None when there is nothing to detach or
     the file cannot be written (no or full spool): the pixels then travel with it.
+    A MemoryError is raised with no half-written file left behind (the caller reports the document too large).
     """
     doc = result.doc
     if doc is None or spool is None or not doc.images:
         return result, None
     path = os.path.join(spool, name)
-    entries: list[tuple[str, tuple[int, int], int, int]] = []
-    offset = 0
     try:
-        with open(path, "wb") as f:
-            for image in doc.images:
-                data = image.tobytes()
-                f.write(data)
-                entries.append((image.mode, image.size, offset, len(data)))
-                offset += len(data)
+        entries = write_images(doc.images, path)
     except OSError:
-        _unlink(path)
         return result, None
-    except MemoryError:  # the caller reports the document as too large; no half-written file stays behind
-        _unlink(path)
-        raise
     if doc.grid is not None:
         light = dataclasses.replace(doc, grid=dataclasses.replace(doc.grid, image=None))  # type: ignore[arg-type]
     else:
         light = dataclasses.replace(doc, pages=[])
-    return dataclasses.replace(result, doc=light), Pixels(path, tuple(entries))
+    return dataclasses.replace(result, doc=light), Pixels(path, entries)
 
 
 def attach_pixels(result: Rendered, pixels: Pixels | None) -> Rendered:
     """Put a detached result's images back (reading and removing their file); raises OSError if it is gone."""
     if pixels is None or result.doc is None:
         return result
-    try:
-        with open(pixels.path, "rb") as f:
-            data = memoryview(f.read())
-    finally:
-        _unlink(pixels.path)
-    images = [Image.frombytes(mode, size, data[off : off + n]) for mode, size, off, n in pixels.images]
+    images = read_images(pixels.path, pixels.images)
     doc = result.doc
     if doc.grid is not None:
         doc = dataclasses.replace(doc, grid=dataclasses.replace(doc.grid, image=images[0]))
     else:
         doc = dataclasses.replace(doc, pages=images)
     return dataclasses.replace(result, doc=doc)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 WORKER_READY = "ready"
@@ -222,7 +197,7 @@ def _worker_main(conn_in: Connection, conn_out: Connection) -> None:
         return
     _limit_memory(memory_limit)
     conn_out.send(WORKER_READY)  # the pool's render clock starts here, not at the interpreter's start
-    spool = SPOOL_DIR if os.access(SPOOL_DIR, os.W_OK) else None
+    spool = spool_dir()  # without shared memory the pixels go through the pipe
     prefix, sent = spool_prefix(os.getppid(), os.getpid()), 0
     while True:
         try:

@@ -32,9 +32,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from docpc_retrievers.pixel_files import remove_files, remove_orphans
 from docpc_retrievers.documents.rendering import (
     DEFAULT_WORKER_MEMORY,
-    SPOOL_DIR,
     WORKER_READY,
     Rendered,
     RenderFailure,
@@ -247,7 +247,7 @@ class RenderPool:
         os.set_blocking(self._wake_w, False)
         self.replaced = 0
         self._timeline = timeline
-        _remove_orphaned_pixel_files()
+        remove_orphans()
 
     # ------------------------------------------------------- the feeder thread
     def _spawn(self) -> _Worker:
@@ -296,7 +296,7 @@ class RenderPool:
             logger.warning("%s", failure.message)
         self._finish(worker, Rendered(None, failure, time.monotonic() - worker.started))
         worker.stop(kill=True)
-        _remove_pixel_files(spool_prefix(os.getpid(), worker.process.pid))
+        remove_files(spool_prefix(os.getpid(), worker.process.pid))
         self._pool.remove(worker)
         self.replaced += 1
 
@@ -421,7 +421,7 @@ class RenderPool:
         for w in self._pool:
             w.stop(kill=w.entry is not None)
         self._pool = []
-        _remove_pixel_files(spool_prefix(os.getpid()))  # those of results never taken
+        remove_files(spool_prefix(os.getpid()))  # those of results never taken
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
@@ -434,34 +434,6 @@ class RenderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _remove_orphaned_pixel_files() -> None:
-    """Remove pixel files whose pool process is gone (a run killed with results in flight left them)."""
-    if not os.path.isdir("/proc"):  # no way to tell a live pool from a dead one here
-        return
-    try:
-        names = os.listdir(SPOOL_DIR)
-    except OSError:
-        return
-    start = len(spool_prefix(0)) - len("0-")  # "docpc-pixels-": the pool's pid follows
-    for name in names:
-        owner = name[start:].split("-", 1)[0] if name.startswith(spool_prefix(0)[:start]) else ""
-        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
-            _remove_pixel_files(spool_prefix(int(owner)))
-
-
-def _remove_pixel_files(prefix: str) -> None:
-    """Remove the pixel files a killed worker or a closed pool left in the spool."""
-    try:
-        names = [n for n in os.listdir(SPOOL_DIR) if n.startswith(prefix)]
-    except OSError:
-        return
-    for name in names:
-        try:
-            os.unlink(os.path.join(SPOOL_DIR, name))
-        except OSError:
-            pass
 
 
 def make_renderer(
