@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "DEFAULT_POOL_FACTOR",
     "DEFAULT_TOP_K",
+    "ENCODE_IN",
     "MODES",
     "Aggregate",
     "EncoderOptions",
@@ -62,6 +63,10 @@ def grid_shape(k: int) -> tuple[int, int]:
 
 #: PDFs larger than this are refused (each one fails on its own; the batch goes on).
 DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
+
+ENCODE_IN = ("auto", "process", "thread")
+"""Where an indexing run encodes: a process of its own, a thread of the indexing process, or auto (a process on a
+CUDA GPU, where launching kernels would compete with the commits for Python's lock; a thread elsewhere)."""
 
 #: ``grid``: K pages composed into one image per document (DocPC); ``page``: every
 #: selected page encoded on its own, the page-level baseline (MaxP/AvgP/SumP).

@@ -58,6 +58,10 @@ class ModelLoadError(DocPCError):
     """A checkpoint could not be found or loaded; names the id that was tried."""
 
 
+class EncodingProcessError(DocPCError):
+    """The process encoding for an indexing run failed or ended; what the run committed stays indexed."""
+
+
 class StoreError(DocPCError):
     """The vector store cannot do what was asked (bad path, inconsistent data, ...)."""
 

@@ -106,7 +106,8 @@ class DocPCIndex:
             raise
         self.settings: IndexSettings = settings or (IndexSettings.from_dict(recorded) if recorded else IndexSettings())
         self.grids = GridImageStore(self._store, self.settings, store_grids=self.settings.grid_previews)
-        self._indexer = Indexer(self._store, self.grids, self.settings, self._encoders.get)
+        self._indexer = Indexer(self._store, self.grids, self.settings, self._encoders.get,
+                                encoder_recipe=self._encoders.recipe, check_encoder=self._encoders.check)
         self.explainer = Explainer(self._store, self.grids, self.settings, self._encoders.get)
         self._searcher = Searcher(self._store, self.layout, self.settings, self._encoders.get, self.explainer)
         self.last_report = IndexReport()

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, IndexSettings
+from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, ENCODE_IN, IndexSettings
 from docpc_retrievers.documents.discovery import check_roots, document_id, require_pdfs, under_roots
 from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
 from docpc_retrievers.documents.user_metadata import UserMetadata, edited_metadata, resolve_user_metadata, user_part
@@ -45,6 +45,8 @@ from docpc_retrievers.documents.workers import (
 )
 from docpc_retrievers.encoders import Encoder
 from docpc_retrievers.encoders.protocol import EncodedImage
+from docpc_retrievers.encoders.loader import EncoderRecipe
+from docpc_retrievers.encoders.process import EncoderProcess
 from docpc_retrievers.encoders.stream import EncodeStream
 from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.results import IndexFailure, IndexReport
@@ -53,7 +55,7 @@ from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.blas_threads import indexing_threads
 from docpc_retrievers.encoders.pooling import pool_vectors
-from docpc_retrievers.progress import bars_drawn, progress_bar, shrink
+from docpc_retrievers.progress import PROGRESS, bars_drawn, progress_bar, shrink
 from docpc_retrievers.commit_queue import CommitQueue
 from docpc_retrievers.timeline import Timeline
 
@@ -100,6 +102,14 @@ class Indexer:
     encode_in_background: bool = True
     """Encode on a thread of its own (encoders/stream.py), the model loading while the first documents render;
     False encodes in the indexing loop, loading the model at the first batch (the way it was: benchmarks compare)."""
+    encoder_recipe: Callable[[], EncoderRecipe | None] | None = None
+    """How to build the encoder in another process (None where it cannot be: an encoder given as an object)."""
+    check_encoder: Callable[[Encoder], None] | None = None
+    """Refuses an encoder built elsewhere whose settings differ from the store's."""
+    encode_in: str = "auto"
+    """Where images are encoded: ``process`` (a process of its own: encoders/process.py), ``thread`` (a thread of
+    this process) or ``auto`` (its own process when the model is not loaded here yet and runs on a CUDA GPU,
+    where launching kernels competes with this process's commits for Python's lock)."""
 
     def add_pdfs(
         self,
@@ -118,6 +128,7 @@ class Indexer:
         metadata_by_path: Mapping[str, Mapping[str, Any]] | None = None,
         sidecars: bool = True,
         timeline: Timeline | None = None,
+        encode_in: str | None = None,
     ) -> IndexReport:
         """Index PDF files and folders (recursively); ``on_file(path, outcome)`` sees each file's outcome.
 
@@ -143,9 +154,13 @@ class Indexer:
         while the next one is encoded, in order, so a re-run resumes cleanly.
         ``timeline``: a :class:`~docpc_retrievers.timeline.Timeline` that records
         every stage's spans and the queues' depths (for finding where time goes).
+        ``encode_in``: ``auto``, ``process`` or ``thread`` (see :attr:`Indexer.encode_in`; None: the indexer's).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        encode_in = self.encode_in if encode_in is None else encode_in
+        if encode_in not in ENCODE_IN:
+            raise ValueError(f"encode_in must be one of {', '.join(ENCODE_IN)}, got {encode_in!r}")
         started = time.perf_counter()
         paths = list(paths)
         roots = check_roots(paths) if prune else [Path(p).expanduser().resolve() for p in paths if Path(p).is_dir()]
@@ -169,7 +184,7 @@ class Indexer:
             job, workers=n_workers, render_timeout=render_timeout, memory_limit=worker_memory, ahead=2 * batch_size,
             timeline=timeline,
         )
-        run = _Run(self, report, batch_size, committed_bar, timeline)
+        run = _Run(self, report, batch_size, committed_bar, timeline, encode_in)
         with indexing_threads(), bars_drawn(progress):  # BLAS (and torch, on 2 cores) on one thread: blas_threads.py
             try:
                 for path, rendered in run.waited(renderer.imap(files, run.plan)):
@@ -428,15 +443,16 @@ class _Run:
     """
 
     def __init__(self, indexer: Indexer, report: IndexReport, batch_size: int, bar: Any,
-                 timeline: Timeline | None) -> None:
+                 timeline: Timeline | None, encode_in: str = "auto") -> None:
         self.indexer = indexer
+        self.encode_in = encode_in
         self.report = report
         self.batch_size = batch_size
         self.bar = bar
         self.timeline = timeline
         self.pending: list[_Pending] = []
         self._lock = threading.Lock()  # pending: appended here, completed documents removed by the stream's thread
-        self.stream: EncodeStream | None = None
+        self.stream: EncodeStream | EncoderProcess | None = None
         self.committer = CommitQueue(timeline)
         # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
         # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
@@ -449,15 +465,33 @@ class _Run:
             self._start()
         return task
 
-    def _start(self) -> EncodeStream:
+    def _start(self) -> EncodeStream | EncoderProcess:
         if self.stream is None:
             on_span = None
             if self.timeline is not None:
                 timeline = self.timeline
                 on_span = lambda stage, a, b: timeline.span(f"encode.{stage}", a, b)  # noqa: E731
-            self.stream = EncodeStream(self.indexer.encoder, background=self.indexer.encode_in_background,
-                                       on_span=on_span)
+            recipe = self._recipe_for_a_process()
+            if recipe is not None:
+                PROGRESS.info("loading the model %s in an encoding process", recipe.model or "the store recorded")
+                self.stream = EncoderProcess(recipe, check=self.indexer.check_encoder, on_span=on_span)
+            else:
+                self.stream = EncodeStream(self.indexer.encoder, background=self.indexer.encode_in_background,
+                                           on_span=on_span)
         return self.stream
+
+    def _recipe_for_a_process(self) -> EncoderRecipe | None:
+        """What to load in an encoding process of its own, when this run encodes in one (see Indexer.encode_in)."""
+        if self.encode_in == "thread" or not self.indexer.encode_in_background or self.indexer.encoder_recipe is None:
+            return None
+        recipe = self.indexer.encoder_recipe()
+        if recipe is None or self.encode_in == "process":
+            return recipe
+        try:
+            on_gpu = recipe.device().startswith("cuda")
+        except ValueError:  # an unusable device: loading it here says why
+            return None
+        return recipe if on_gpu else None
 
     def waited(self, results: Iterator[tuple[Path, Rendered | None]]) -> Iterator[tuple[Path, Rendered | None]]:
         """The render results, the loop's waits for them recorded in the timeline."""
@@ -488,7 +522,7 @@ class _Run:
                 p.submitted += 1
             stream = self._start()
             if self.timeline is not None:
-                self.timeline.depth("encode_queue", stream._queue.qsize())
+                self.timeline.depth("encode_queue", stream.waiting)
             stream.submit([p.doc.images[i] for p, i in take], lambda encoded, t=take: self._encoded(t, encoded))
         if final:
             if self.stream is not None:

@@ -34,6 +34,7 @@ def _workers(text: str) -> int:
 
 def register(sub: Any) -> None:
     """Add ``index`` and ``delete``."""
+    from docpc_retrievers.config import ENCODE_IN
     from docpc_retrievers.documents.selection import STRATEGIES
 
     p = sub.add_parser("index", help="index PDF files and folders (recursively)")
@@ -71,6 +72,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--render-timeout", type=float, default=60.0, help="seconds a document may take to render (default 60)"
+    )
+    p.add_argument(
+        "--encode-in", choices=ENCODE_IN, default="auto",
+        help="where images are encoded: a process of its own (on a GPU, away from the commits' use of Python's "
+        "lock), a thread of this process, or auto (default: a process on a CUDA GPU, a thread elsewhere)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -174,6 +180,7 @@ def run_index(args: argparse.Namespace) -> int:
             metadata=common,
             metadata_by_path=by_path,
             sidecars=not args.no_sidecars,
+            encode_in=args.encode_in,
         )
         stored = len(index)
     if created and stored == 0:  # every file failed: leave no store that records no model and no dimension

@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from docpc_retrievers.config import EncoderOptions
@@ -21,7 +22,7 @@ from docpc_retrievers.progress import PROGRESS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EncoderLoader"]
+__all__ = ["EncoderLoader", "EncoderRecipe"]
 
 
 class EncoderLoader:
@@ -67,6 +68,18 @@ class EncoderLoader:
             return DEFAULT_MODEL
         candidates = ModelIdentity.from_settings(recorded).candidates()
         return candidates[0] if candidates else DEFAULT_MODEL
+
+    def recipe(self) -> EncoderRecipe | None:
+        """How to build this encoder in another process, or None: an encoder given as an object, or one already
+        loaded here (a second copy would be loaded for nothing)."""
+        with self._lock:
+            if self._encoder is not None:
+                return None
+        return EncoderRecipe(self._model, self.options, dict(self._recorded()))
+
+    def check(self, encoder: Encoder) -> None:
+        """Raise when ``encoder``'s settings differ from the store's (an encoder built elsewhere, from a recipe)."""
+        self._check(encoder)
 
     def get(self) -> Encoder:
         """The encoder, built and checked on first call (thread-safe)."""
@@ -119,3 +132,25 @@ def _first_sentence(exc: BaseException) -> str:
     text = str(exc)
     cut = text.find(". ")
     return text if cut < 0 else text[:cut]
+
+
+@dataclass(frozen=True)
+class EncoderRecipe:
+    """What an :class:`EncoderLoader` builds, as plain data another process can build it from: the model asked
+    for (None: the store's), the encoder's options and the store's recorded encoder settings."""
+
+    model: str | None
+    options: EncoderOptions
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Encoder:
+        """Build the encoder as the loader would (the store's model found the same way); not checked here."""
+        recorded = self.recorded
+        return EncoderLoader(encoder=None, model=self.model, options=self.options, recorded=lambda: recorded,
+                             check=lambda encoder: None).get()
+
+    def device(self) -> str:
+        """The device the encoder would run on (imports torch to tell)."""
+        from docpc_retrievers.encoders.colpali import pick_device
+
+        return pick_device(self.options.device)

@@ -43,14 +43,16 @@ class EncodeStream:
 
     ``load`` builds (or returns) the encoder; ``depth`` chunks may wait unencoded before :meth:`submit` blocks
     (what bounds the rendered images held in memory). ``on_span(stage, start, end)`` hears ``load``,
-    ``prepare``, ``forward`` and ``wait`` (the thread idle for want of images) spans.
+    ``prepare``, ``forward`` and ``wait`` (the thread idle for want of images) spans; ``on_error`` hears the
+    thread's error as it happens (the caller otherwise meets it at its next call).
     """
 
     def __init__(self, load: Callable[[], Encoder], *, background: bool = True, depth: int = 4,
-                 on_span: Span | None = None) -> None:
+                 on_span: Span | None = None, on_error: Callable[[BaseException], None] | None = None) -> None:
         self._load = load
         self.background = background
         self._told = on_span
+        self._on_error = on_error
         self.busy_s = 0.0
         """Seconds spent preparing and forwarding batches (summed: preparation overlaps forward passes)."""
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
@@ -123,6 +125,17 @@ class EncodeStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def error(self) -> BaseException | None:
+        """The thread's error, once it failed."""
+        with self._cond:
+            return self._error
+
+    @property
+    def waiting(self) -> int:
+        """Chunks submitted and not yet taken by the encoding thread (the timeline's queue depth)."""
+        return self._queue.qsize()
+
     def _put(self, item: object) -> None:
         while True:
             try:
@@ -181,6 +194,8 @@ class EncodeStream:
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
+            if self._on_error is not None:
+                self._on_error(exc)
 
     def _gather(self, batch_size: int) -> Iterator[list[Image.Image]]:
         """The groups to encode: waiting chunks gathered until they fill a batch (or a drain asks for the rest)."""
