@@ -88,6 +88,15 @@ class _Pending:
 
 
 @dataclass
+class _Prepared:
+    """A commit ready to write: the store's prepared add, the older documents it replaces, the ids at its paths."""
+
+    ready: Any
+    replaced: list[str]
+    older: Mapping[str, list[str]]
+
+
+@dataclass
 class Indexer:
     """Adds PDFs to a store: one instance per open index, used by :meth:`DocPCIndex.add_pdfs`.
 
@@ -333,18 +342,17 @@ class Indexer:
         report.skipped.append(doc_id)
         return "skipped"
 
-    def _commit(
+    def _prepare_commit(
         self,
         batch: Sequence[_Pending],
         encoded: Sequence[tuple[np.ndarray, TokenGrid | None]],
-        encoder: Encoder,
+        model_id: str,
         report: IndexReport,
-        bar: Any,
-    ) -> None:
-        """Pool an encoded batch and write it to the store as one commit."""
-        self.store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
+    ) -> _Prepared:
+        """A commit's work before its write: the pooled vectors collected, the older versions of its paths found,
+        its records built and payload packed. Runs while the commit before it writes (no store change here)."""
         t0 = time.perf_counter()
-        vectors, parts, anchors = self._pool(batch, encoded, encoder.model_id)
+        vectors, parts, anchors = self._pool(batch, encoded, model_id)
         report.add_time("pool_s", time.perf_counter() - t0)
         t0 = time.perf_counter()
         # Older versions of these paths, found with one query per batch here (off the encoding thread).
@@ -355,7 +363,7 @@ class Indexer:
         for p in batch:  # a replaced file keeps its older version's user keys, under this run's own
             carried = {k: v for old in older.get(p.source, []) for k, v in kept.get(old, {}).items()}
             metadatas.append({**p.doc.metadata, **carried, **p.user})
-        self.store.add(
+        ready = self.store.prepare_add(
             [p.doc.doc_id for p in batch],
             vectors,
             metadatas,
@@ -364,6 +372,16 @@ class Indexer:
             anchors=anchors,
             grids=[p.grid_bytes.result() if isinstance(p.grid_bytes, Future) else p.grid_bytes for p in batch],
         )
+        report.add_time("pack_s", time.perf_counter() - t0)
+        return _Prepared(ready, replaced, older)
+
+    def _write_commit(self, batch: Sequence[_Pending], prepared: _Prepared, encoder: Encoder, report: IndexReport,
+                      bar: Any) -> None:
+        """Write a prepared commit: the store's only change per batch, in file order (one commit at a time)."""
+        self.store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
+        t0 = time.perf_counter()
+        self.store.add_prepared(prepared.ready)
+        replaced, older = prepared.replaced, prepared.older
         if replaced:
             self.delete(replaced)
             report.replaced.extend(replaced)
@@ -457,6 +475,9 @@ class _Run:
         # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
         # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
         self.pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
+        # A commit's records are built and its payload packed (compression, base85: outside the GIL) while the
+        # commit before it writes, so the one thread that writes (Chroma holds the GIL as it writes) only writes.
+        self.packer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="docpc-pack")
 
     def plan(self, path: Path) -> tuple[Path, str] | None:
         """The indexer's plan; the first document that needs rendering starts the stream (and the model's load)."""
@@ -547,10 +568,17 @@ class _Run:
         if batch:
             assert self.stream is not None
             encoder = self.stream.encoder
-            indexer, report, bar = self.indexer, self.report, self.bar
-            self.committer.submit(
-                lambda: indexer._commit(batch, [x for p in batch for x in p.encoded], encoder, report, bar)
-            )
+            indexer, report, bar, timeline = self.indexer, self.report, self.bar, self.timeline
+            encoded = [x for p in batch for x in p.encoded]
+
+            def prepare() -> _Prepared:
+                if timeline is None:
+                    return indexer._prepare_commit(batch, encoded, encoder.model_id, report)
+                with timeline.busy("commit.prepare"):
+                    return indexer._prepare_commit(batch, encoded, encoder.model_id, report)
+
+            prepared = self.packer.submit(prepare)
+            self.committer.submit(lambda: indexer._write_commit(batch, prepared.result(), encoder, report, bar))
 
     def close(self) -> None:
         """Stop the stream (a batch in flight finishes), let a commit in flight finish, stop the poolers."""
@@ -562,4 +590,5 @@ class _Run:
                     self.report.add_time("encode_s", spent)
         finally:
             self.committer.close()
+            self.packer.shutdown(wait=True)
             self.pooler.shutdown(wait=True)

@@ -135,14 +135,17 @@ def b85_decode(text: str) -> bytes:
     return out[: len(out) - pad]
 
 
-def chunk_payload(data: bytes, packing: str = "b64") -> list[dict[str, str]]:
+def chunk_payload(data: bytes, packing: str = "b64", *, compress: bool = True) -> list[dict[str, str]]:
     """Bytes -> metadata dicts (``p0``, ``p1``, ...), each value at most :data:`VALUE_CHARS` characters.
 
-    ``packing`` is one of :data:`PACKINGS`; ``z85`` falls back to ``b85`` where zlib does not shrink the bytes
-    (grids are WebP already). Records packed other than base64 carry their packing under :data:`PACKING_KEY`.
+    ``packing`` is one of :data:`PACKINGS`; ``z85`` falls back to ``b85`` where zlib does not shrink the bytes, or
+    without trying when ``compress`` is False (bytes known not to shrink: WebP grids). Records packed other than
+    base64 carry their packing under :data:`PACKING_KEY`.
     """
     if packing not in PACKINGS:
         raise ValueError(f"unknown payload packing {packing!r}; expected one of {PACKINGS}")
+    if packing == "z85" and not compress:
+        packing = "b85"
     if packing == "z85":
         squeezed = zlib.compress(data, 1)
         if len(squeezed) < len(data):

@@ -171,23 +171,41 @@ class ChromaEngine:
         self.docs.modify(metadata=meta)
 
     # ------------------------------------------------------------------ writes
+    def pack_payload(self, doc: DocumentRecord) -> list[tuple[str, dict[str, Any]]]:
+        """A document's payload records ``(id, metadata)``: its vectors, grid preview and long text as text chunks.
+
+        CPU work that needs no lock and no Chroma call (the packing's compression and base85 release Python's
+        lock), so an indexing run packs the next commit while this one writes. Sets the record's ``_v``, ``_g``
+        and ``_t`` counts; :meth:`write` adds the commit's sequence number.
+        """
+        out: list[tuple[str, dict[str, Any]]] = []
+        for kind, data in (("v", doc.vectors), ("g", doc.grid), ("t", long_text(doc.text))):
+            n = 0
+            if data is not None:
+                # a grid preview is WebP already: compressing it again only costs time
+                chunks = chunk_payload(data, self.packing, compress=kind != "g")
+                for i, chunk in enumerate(chunks):
+                    out.append((f"{doc.id}.{kind}{i}", {"doc": doc.id, "kind": kind, "i": i, "of": len(chunks), **chunk}))
+                    n += 1
+            doc.metadata[f"_{kind}"] = n
+        return out
+
     @_translated
-    def write(self, docs: Sequence[DocumentRecord]) -> int:
+    def write(self, docs: Sequence[DocumentRecord],
+              payloads: Sequence[list[tuple[str, dict[str, Any]]]] | None = None) -> int:
+        """Write documents (payload first, then records, then a feed entry); ``payloads``: each document's
+        :meth:`pack_payload`, packed beforehand (None: packed here)."""
         if not docs:
             return 0
         seq = _now_seq()
+        if payloads is None:
+            payloads = [self.pack_payload(d) for d in docs]
         blob_ids, blob_metas = [], []
         old = self.records([d.id for d in docs], include_summary=False)
-        for d in docs:
-            for kind, data in (("v", d.vectors), ("g", d.grid), ("t", long_text(d.text))):
-                n = 0
-                if data is not None:
-                    chunks = chunk_payload(data, self.packing)
-                    for i, chunk in enumerate(chunks):
-                        blob_ids.append(f"{d.id}.{kind}{i}")
-                        blob_metas.append({"doc": d.id, "kind": kind, "i": i, "of": len(chunks), "seq": seq, **chunk})
-                        n += 1
-                d.metadata[f"_{kind}"] = n
+        for d, payload in zip(docs, payloads):
+            for blob_id, meta in payload:
+                blob_ids.append(blob_id)
+                blob_metas.append({**meta, "seq": seq})
             d.metadata["_seq"] = seq
         self._upsert(self.blobs, blob_ids, blob_metas)
         stale = self._stale_blobs(docs, old)

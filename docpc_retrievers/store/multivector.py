@@ -25,6 +25,7 @@ from docpc_retrievers.store.chroma_client import chroma_client, require_collecti
 from docpc_retrievers.store.engine import READABLE_FORMATS, STORE_FORMAT, ChromaEngine, payload_packing
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
+from docpc_retrievers.store.writer import PreparedAdd
 from docpc_retrievers.store.reader import StoreReader
 from docpc_retrievers.store.records import ScoredDocument, StoredDocument
 from docpc_retrievers.store.search import SearchConfig
@@ -155,6 +156,25 @@ class MultiVectorStore:
         the grid preview's bytes. Vectors are stored as int8 with a scale per row.
         """
         self.writer.add(ids, vectors, metadatas, texts, parts, anchors=anchors, grids=grids)
+
+    def prepare_add(
+        self,
+        ids: Sequence[str],
+        vectors: Sequence[np.ndarray],
+        metadatas: Sequence[Mapping[str, Any]],
+        texts: Sequence[str | None] | None = None,
+        parts: Sequence[Sequence[int] | None] | None = None,
+        *,
+        anchors: Sequence[np.ndarray | None] | None = None,
+        grids: Sequence[bytes | None] | None = None,
+    ) -> PreparedAdd | None:
+        """:meth:`add`'s CPU part (checks, summaries, packed payload), which may run while another commit writes;
+        :meth:`add_prepared` writes it. ``add(...)`` is ``add_prepared(prepare_add(...))``."""
+        return self.writer.prepare(ids, vectors, metadatas, texts, parts, anchors=anchors, grids=grids)
+
+    def add_prepared(self, batch: PreparedAdd | None) -> None:
+        """Write what :meth:`prepare_add` built, as one commit."""
+        self.writer.add_prepared(batch)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id (records, vectors, grids); returns how many existed."""

@@ -31,6 +31,7 @@ from docpc_retrievers.store.remote_shards import RemoteShards
 from docpc_retrievers.store.shard_routing import merge_top_k, shard_of
 from docpc_retrievers.store.search import SearchConfig
 from docpc_retrievers.store.settings import check_settings
+from docpc_retrievers.store.writer import PreparedAdd
 
 __all__ = ["MAX_SHARDS", "ShardedStore", "merge_top_k", "open_shard", "open_store", "recorded_shards", "shard_of"]
 
@@ -210,12 +211,34 @@ class ShardedStore:
         grids: Sequence[bytes | None] | None = None,
     ) -> None:
         """Insert or replace documents, each in its shard (as :meth:`MultiVectorStore.add`)."""
+        self.add_prepared(self.prepare_add(ids, vectors, metadatas, texts, parts, anchors=anchors, grids=grids))
+
+    def prepare_add(
+        self,
+        ids: Sequence[str],
+        vectors: Sequence[np.ndarray],
+        metadatas: Sequence[Mapping[str, Any]],
+        texts: Sequence[str | None] | None = None,
+        parts: Sequence[Sequence[int] | None] | None = None,
+        *,
+        anchors: Sequence[np.ndarray | None] | None = None,
+        grids: Sequence[bytes | None] | None = None,
+    ) -> dict[int, PreparedAdd | None]:
+        """Each shard's part of an add, prepared (as :meth:`MultiVectorStore.prepare_add`)."""
+        prepared: dict[int, PreparedAdd | None] = {}
         for i, rows in self._by_shard_rows(ids).items():
             def pick(values: Sequence[Any] | None) -> list[Any] | None:
                 return None if values is None else [values[r] for r in rows]
 
-            self.shards[i].add([ids[r] for r in rows], [vectors[r] for r in rows], [metadatas[r] for r in rows],
-                               pick(texts), pick(parts), anchors=pick(anchors), grids=pick(grids))
+            prepared[i] = self.shards[i].prepare_add(
+                [ids[r] for r in rows], [vectors[r] for r in rows], [metadatas[r] for r in rows], pick(texts),
+                pick(parts), anchors=pick(anchors), grids=pick(grids))
+        return prepared
+
+    def add_prepared(self, batch: dict[int, PreparedAdd | None]) -> None:
+        """Write each shard's prepared part (one commit a shard)."""
+        for i, part in batch.items():
+            self.shards[i].add_prepared(part)
 
     def _by_shard_rows(self, ids: Sequence[str]) -> dict[int, list[int]]:
         groups: dict[int, list[int]] = {}

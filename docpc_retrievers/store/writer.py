@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,23 @@ import numpy as np
 
 from docpc_retrievers.blas_threads import single_blas_thread
 from docpc_retrievers.errors import DocumentNotFoundError, StoreError
-from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine
+from docpc_retrievers.store.engine import STORE_FORMAT, ChromaEngine, DocumentRecord
 from docpc_retrievers.store.locking import WriterLock, synchronized
 from docpc_retrievers.store.reader import StoreReader
 from docpc_retrievers.store.records import build_record, check_batch, parts_of, replaced_metadata
 from docpc_retrievers.store.settings import check_settings, with_current_identity
 
-__all__ = ["StoreWriter"]
+__all__ = ["PreparedAdd", "StoreWriter"]
+
+
+@dataclass
+class PreparedAdd:
+    """Documents ready to write: their records (summaries built), centroids and packed payload records."""
+
+    records: list[DocumentRecord]
+    centroids: list[np.ndarray]
+    payloads: list[list[tuple[str, dict[str, Any]]]]
+    dim: int
 
 
 class StoreWriter:
@@ -66,24 +77,16 @@ class StoreWriter:
         manifest.setdefault("format", STORE_FORMAT)
         self.engine.write_manifest(manifest)
 
-    @synchronized
-    def add(self, ids: Sequence[str], vectors: Sequence[np.ndarray], metadatas: Sequence[Mapping[str, Any]],
-            texts: Sequence[str | None] | None = None, parts: Sequence[Sequence[int] | None] | None = None, *,
-            anchors: Sequence[np.ndarray | None] | None = None, grids: Sequence[bytes | None] | None = None) -> None:
-        """Insert or replace documents (arguments as :meth:`MultiVectorStore.add`)."""
-        self.require()
-        reader = self.reader
-        mats = check_batch(ids, vectors, metadatas, texts, parts, anchors, grids, reader.dim)
+    def prepare(self, ids: Sequence[str], vectors: Sequence[np.ndarray], metadatas: Sequence[Mapping[str, Any]],
+                texts: Sequence[str | None] | None = None, parts: Sequence[Sequence[int] | None] | None = None, *,
+                anchors: Sequence[np.ndarray | None] | None = None,
+                grids: Sequence[bytes | None] | None = None) -> PreparedAdd | None:
+        """Check documents and build what :meth:`add_prepared` writes (records, summaries, packed payload): the
+        CPU part of a commit, which needs neither the writer's lock nor Chroma, so it can run while another
+        commit writes. None when there is nothing to add."""
+        mats = check_batch(ids, vectors, metadatas, texts, parts, anchors, grids, self.reader.dim)
         if not mats:
-            return
-        dim = mats[0].shape[1]
-        if reader.dim is None:
-            reader.manifest.update(self.engine.read_manifest())
-            if reader.dim is None:
-                reader.manifest.update(dim=dim, format=STORE_FORMAT)
-                self.engine.write_manifest(reader.manifest)
-        if reader.load_if_cheap() and reader.view is None:
-            reader.view = reader.new_view(dim)
+            return None
         records, cents = [], []
         with single_blas_thread():  # the summaries' small products: more BLAS threads only spin
             for i, (doc_id, m, meta) in enumerate(zip(ids, mats, metadatas)):
@@ -94,9 +97,36 @@ class StoreWriter:
                 )
                 records.append(record)
                 cents.append(centroids)
-        seq = self.engine.write(records)
-        reader.committed(seq, [r.id for r in records], cents, [int(r.metadata["_n"]) for r in records],
+        return PreparedAdd(records, cents, [self.engine.pack_payload(r) for r in records], int(mats[0].shape[1]))
+
+    @synchronized
+    def add_prepared(self, batch: PreparedAdd | None) -> None:
+        """Write documents :meth:`prepare` built, as one commit, and tell this process's reader."""
+        self.require()
+        if batch is None:
+            return
+        reader = self.reader
+        if reader.dim is None:
+            reader.manifest.update(self.engine.read_manifest())
+            if reader.dim is None:
+                reader.manifest.update(dim=batch.dim, format=STORE_FORMAT)
+                self.engine.write_manifest(reader.manifest)
+        if batch.dim != reader.dim:  # prepared before the store recorded its dimension (another commit's)
+            raise ValueError(f"document {batch.records[0].id}: expected a non-empty [n, {reader.dim}] matrix, got "
+                             f"[n, {batch.dim}] (store {self.path})")
+        if reader.load_if_cheap() and reader.view is None:
+            reader.view = reader.new_view(batch.dim)
+        records = batch.records
+        seq = self.engine.write(records, batch.payloads)
+        reader.committed(seq, [r.id for r in records], batch.centroids, [int(r.metadata["_n"]) for r in records],
                          [parts_of(r.metadata.get("_parts")) for r in records], {r.id: r.vectors for r in records})
+
+    def add(self, ids: Sequence[str], vectors: Sequence[np.ndarray], metadatas: Sequence[Mapping[str, Any]],
+            texts: Sequence[str | None] | None = None, parts: Sequence[Sequence[int] | None] | None = None, *,
+            anchors: Sequence[np.ndarray | None] | None = None, grids: Sequence[bytes | None] | None = None) -> None:
+        """Insert or replace documents (arguments as :meth:`MultiVectorStore.add`)."""
+        self.require()
+        self.add_prepared(self.prepare(ids, vectors, metadatas, texts, parts, anchors=anchors, grids=grids))
 
     @synchronized
     def delete(self, ids: Iterable[str]) -> int:
