@@ -11,11 +11,14 @@ measures, side by side:
 
 - rendering alone: the render workers over every file, as indexing runs them (grid previews included);
 - encoding alone: the grids rendered above, one ``encode_images_with_info`` call (the next batch prepared ahead);
-- indexing end to end: ``DocPCIndex.add_pdfs`` into a fresh embedded Chroma store with the model already
-  loaded, with a :class:`~docpc_retrievers.timeline.Timeline` (each stage's busy share, the queues' depths),
-  before (encoding in the indexing loop) and after (encoding on its own thread), at the encoder batch sizes asked;
+- indexing end to end: ``DocPCIndex.add_pdfs`` into a fresh embedded Chroma store, with a
+  :class:`~docpc_retrievers.timeline.Timeline` (each stage's busy share, the queues' depths): encoding in a
+  process of its own (``encode_in="process"``, the default on a GPU; the model loads there while the first
+  documents render), then with the model already loaded here, before (encoding in the indexing loop) and after
+  (encoding on its own thread), at the encoder batch sizes asked;
 - page-level indexing (``mode="page"``) the same way on the first ``--page-documents`` files, beside grid
-  indexing of those same files, so the grid-against-page ratio is end to end;
+  indexing of those same files (each in an encoding process, then on a thread), so the grid-against-page ratio
+  is end to end;
 - optionally (``--steps load_in_run compile_cache``): the model loaded inside the run (the command line's case),
   before and after, and the compiled blocks in a first and a second process sharing the compiler's cache.
 
@@ -194,8 +197,10 @@ def main() -> None:
     timelines: dict[str, Any] = {}
 
     def index_run(name: str, paths: list[Path], settings: IndexSettings, batch: int, background: bool,
-                  workers: int, *, model_in_run: bool = False) -> dict[str, Any]:
-        """``add_pdfs`` into a fresh store, timeline recorded and saved as ``OUT/timeline-<name>.json``."""
+                  workers: int, *, model_in_run: bool = False, encode_in: str = "thread") -> dict[str, Any]:
+        """``add_pdfs`` into a fresh store, timeline recorded and saved as ``OUT/timeline-<name>.json``.
+        ``encode_in="process"`` loads the model in the run's encoding process (so ``model_in_run`` too)."""
+        model_in_run = model_in_run or encode_in == "process"
         store = scratch / f"store-{name}"
         shutil.rmtree(store, ignore_errors=True)
         enc.batch_size = batch
@@ -206,7 +211,8 @@ def main() -> None:
         t0 = time.perf_counter()
         with DocPCIndex(store, settings=settings, writable=True, **kwargs) as index:
             index._indexer.encode_in_background = background
-            report = index.add_pdfs(paths, batch_size=args.commit_every, workers=workers, timeline=timeline)
+            report = index.add_pdfs(paths, batch_size=args.commit_every, workers=workers, timeline=timeline,
+                                    encode_in=encode_in)
             stored = len(index)
         seconds = time.perf_counter() - t0
         timelines[name] = timeline.to_dict()
@@ -214,6 +220,7 @@ def main() -> None:
         pages = report.images_encoded
         return {"documents": len(paths), "indexed": len(report.indexed), "failed": len(report.failed),
                 "stored": stored, "images": pages, "batch": batch, "background": background, "workers": workers,
+                "encode_in": encode_in, "model_in_run": model_in_run,
                 "seconds": round(seconds, 2), "docs_per_s": round(len(paths) / seconds, 2),
                 "images_per_s": round(pages / seconds, 2),
                 "timings": {k: round(v, 2) for k, v in report.timings.items()},
@@ -234,6 +241,8 @@ def main() -> None:
     del grids[:]
     big, few = args.batches[-1], args.batches[0]
     for w in reversed(counts):
+        run.step(f"grid_index_process_b{big}_w{w}", 40, lambda w=w: index_run(
+            f"grid-process-b{big}-w{w}", files, IndexSettings(), big, True, w, encode_in="process"))
         run.step(f"grid_index_after_b{big}_w{w}", 40,
                  lambda w=w: index_run(f"grid-after-b{big}-w{w}", files, IndexSettings(), big, True, w))
     run.step(f"grid_index_before_b{few}_w{counts[0]}", 40,
@@ -246,6 +255,10 @@ def main() -> None:
     run.step(f"page_render_alone_w{many}", 15, lambda: render_alone(page, page_files, pages, many))
     run.step(f"page_encode_alone_b{big}", 20, lambda: encode_alone(pages, len(page_files), big))
     del pages[:]
+    run.step(f"page_index_process_b{big}_w{many}", 30, lambda: index_run(
+        f"page-process-b{big}", page_files, page, big, True, many, encode_in="process"))
+    run.step(f"grid_same_files_index_process_b{big}_w{many}", 10, lambda: index_run(
+        f"grid-same-files-process-b{big}", page_files, IndexSettings(), big, True, many, encode_in="process"))
     run.step(f"page_index_after_b{big}_w{many}", 30,
              lambda: index_run(f"page-after-b{big}", page_files, page, big, True, many))
     run.step(f"grid_same_files_index_after_b{big}_w{many}", 10,
