@@ -157,7 +157,10 @@ class DocPCIndex:
 
     def add_pdfs(self, paths: Iterable[str | os.PathLike[str]], **options: Any) -> IndexReport:
         """Index PDF files and folders; see :meth:`Indexer.add_pdfs` for ``password``, ``batch_size``, ``progress``, ..."""
-        self._encoders.check_given()
+        if self._encoders.must_check() and self._indexer.process_recipe(options.get("encode_in")) is not None:
+            options["check_model_first"] = True  # loaded and checked in the run's encoding process, before anything
+        else:
+            self._encoders.check_given()
         self.last_report = self._indexer.add_pdfs(paths, **options)
         return self.last_report
 

@@ -138,6 +138,7 @@ class Indexer:
         sidecars: bool = True,
         timeline: Timeline | None = None,
         encode_in: str | None = None,
+        check_model_first: bool = False,
     ) -> IndexReport:
         """Index PDF files and folders (recursively); ``on_file(path, outcome)`` sees each file's outcome.
 
@@ -164,6 +165,9 @@ class Indexer:
         ``timeline``: a :class:`~docpc_retrievers.timeline.Timeline` that records
         every stage's spans and the queues' depths (for finding where time goes).
         ``encode_in``: ``auto``, ``process`` or ``thread`` (see :attr:`Indexer.encode_in`; None: the indexer's).
+        ``check_model_first``: load the encoder and check it against the store before any file is looked at (a
+        given model on a store that records one; :class:`DocPCIndex` asks for it when the run encodes in a
+        process, which then loads the model once, for the check and the encoding).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -196,6 +200,8 @@ class Indexer:
         run = _Run(self, report, batch_size, committed_bar, timeline, encode_in)
         with indexing_threads(), bars_drawn(progress):  # BLAS (and torch, on 2 cores) on one thread: blas_threads.py
             try:
+                if check_model_first:
+                    run.check_encoder()
                 for path, rendered in run.waited(renderer.imap(files, run.plan)):
                     outcome = self._take_one(job, path, rendered, seen_ids, report, run.pending, user.get(path))
                     if outcome != "indexed":  # nothing to commit; unchanged or moved: nothing rendered either
@@ -220,6 +226,21 @@ class Indexer:
                     timeline.end()
         logger.info("%s (%d files)", report.summary(), len(files))
         return report
+
+    def process_recipe(self, encode_in: str | None = None) -> EncoderRecipe | None:
+        """What a run encoding in a process of its own loads there, or None when it encodes in this process
+        (``encode_in`` as :meth:`add_pdfs` takes it; see :attr:`encode_in`)."""
+        mode = self.encode_in if encode_in is None else encode_in
+        if mode == "thread" or not self.encode_in_background or self.encoder_recipe is None:
+            return None
+        recipe = self.encoder_recipe()
+        if recipe is None or mode == "process":
+            return recipe
+        try:
+            on_gpu = recipe.device().startswith("cuda")
+        except ValueError:  # an unusable device: loading it here says why
+            return None
+        return recipe if on_gpu else None
 
     def _sources_gone(self, roots: Sequence[Path], report: IndexReport, *, delete: bool) -> None:
         """The documents whose source lies under ``roots`` and no longer exists (not touched by this run): deleted,
@@ -492,27 +513,18 @@ class _Run:
             if self.timeline is not None:
                 timeline = self.timeline
                 on_span = lambda stage, a, b: timeline.span(f"encode.{stage}", a, b)  # noqa: E731
-            recipe = self._recipe_for_a_process()
+            recipe = self.indexer.process_recipe(self.encode_in)
             if recipe is not None:
-                PROGRESS.info("loading the model %s in an encoding process", recipe.model or "the store recorded")
+                PROGRESS.info("loading the model %s in an encoding process", recipe.name or recipe.model)
                 self.stream = EncoderProcess(recipe, check=self.indexer.check_encoder, on_span=on_span)
             else:
                 self.stream = EncodeStream(self.indexer.encoder, background=self.indexer.encode_in_background,
                                            on_span=on_span)
         return self.stream
 
-    def _recipe_for_a_process(self) -> EncoderRecipe | None:
-        """What to load in an encoding process of its own, when this run encodes in one (see Indexer.encode_in)."""
-        if self.encode_in == "thread" or not self.indexer.encode_in_background or self.indexer.encoder_recipe is None:
-            return None
-        recipe = self.indexer.encoder_recipe()
-        if recipe is None or self.encode_in == "process":
-            return recipe
-        try:
-            on_gpu = recipe.device().startswith("cuda")
-        except ValueError:  # an unusable device: loading it here says why
-            return None
-        return recipe if on_gpu else None
+    def check_encoder(self) -> None:
+        """Start encoding now and wait for the encoder, which raises when it does not match the store."""
+        _ = self._start().encoder
 
     def waited(self, results: Iterator[tuple[Path, Rendered | None]]) -> Iterator[tuple[Path, Rendered | None]]:
         """The render results, the loop's waits for them recorded in the timeline."""

@@ -142,3 +142,28 @@ def test_docpc_index_encodes_in_a_process_when_asked_and_says_what_it_did(tmp_pa
     assert "in an encoding process" in run.stderr
     refused = run_docpc("index", *files, "--store", store, "--encode-in", "gpu")
     assert refused.returncode == 2 and "invalid choice: 'gpu'" in refused.stderr
+
+
+def test_a_model_given_for_a_store_is_checked_in_the_encoding_process_before_anything_changes(
+    tmp_path: Path, tiny_checkpoint: Path, spawned: list[encoder_process.EncoderProcess]
+) -> None:
+    """The check a given model gets on a store that records one (even when nothing needs encoding) is made by the
+    run's encoding process, which then encodes with the model it loaded: this process never loads it."""
+    from docpc_retrievers.errors import ModelMismatchError
+    from docpc_retrievers.testing import build_tiny_colqwen2
+
+    other = build_tiny_colqwen2(tmp_path / "other", seed=1)
+    docs = [make_pdf(tmp_path / "pdfs" / f"m{i}.pdf", f"checked {i}") for i in range(3)]
+    store = tmp_path / "S"
+    with DocPCIndex(store, model=tiny_checkpoint, encoder_kwargs=CPU, writable=True) as index:
+        assert len(index.add_pdfs(docs[:2], workers=0, encode_in="process").indexed) == 2
+    clear_chroma_cache()
+    with DocPCIndex(store, model=other, encoder_kwargs=CPU, writable=True) as index:
+        with pytest.raises(ModelMismatchError, match="different weights or configuration"):
+            index.add_pdfs(docs[:2], workers=0, encode_in="process")  # nothing to encode: refused all the same
+        assert index.store.count() == 2 and index._encoders._encoder is None
+    clear_chroma_cache()
+    with DocPCIndex(store, model=tiny_checkpoint, encoder_kwargs=CPU, writable=True) as index:
+        report = index.add_pdfs(docs, workers=0, encode_in="process")
+        assert len(report.indexed) == 1 and len(report.skipped) == 2 and index._encoders._encoder is None
+    assert len(spawned) == 3 and _leftover_pixels() == []

@@ -53,8 +53,12 @@ class EncoderLoader:
     def check_given(self) -> None:
         """Load and check a model given for a store that already records one (ModelMismatchError), even when the
         caller may need no encoding: a run that only finds unchanged files must not accept the wrong model."""
-        if (self._model is not None or self._encoder is not None) and self._recorded():
+        if self.must_check():
             self.get()
+
+    def must_check(self) -> bool:
+        """Whether a model was given for a store that already records one (so it is checked before a run)."""
+        return (self._model is not None or self._encoder is not None) and bool(self._recorded())
 
     @property
     def model(self) -> str:
@@ -75,7 +79,7 @@ class EncoderLoader:
         with self._lock:
             if self._encoder is not None:
                 return None
-        return EncoderRecipe(self._model, self.options, dict(self._recorded()))
+        return EncoderRecipe(self._model, self.options, dict(self._recorded()), name=self.model)
 
     def check(self, encoder: Encoder) -> None:
         """Raise when ``encoder``'s settings differ from the store's (an encoder built elsewhere, from a recipe)."""
@@ -142,6 +146,8 @@ class EncoderRecipe:
     model: str | None
     options: EncoderOptions
     recorded: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    """The model as messages name it (the one asked for, else the store's, else the default)."""
 
     def load(self) -> Encoder:
         """Build the encoder as the loader would (the store's model found the same way); not checked here."""
