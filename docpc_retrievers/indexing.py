@@ -10,7 +10,8 @@ reason and the others go on. Images are encoded ``batch_size`` at a time
 encoded are committed together, in file order (vectors pooled and compacted,
 grid previews as WebP, all written with the document's record), so an
 interrupted run keeps what it committed and a re-run completes it without
-duplicates.
+duplicates. The stages after rendering (encoding, pooling, packing, committing)
+are indexing_stages.py's.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from PIL import Image
 
 from docpc_retrievers.config import DEFAULT_MAX_FILE_BYTES, ENCODE_IN, IndexSettings
 from docpc_retrievers.documents.discovery import check_roots, document_id, require_pdfs, under_roots
-from docpc_retrievers.documents.represent import RepresentedDocument, checked_source
+from docpc_retrievers.documents.represent import checked_source
 from docpc_retrievers.documents.user_metadata import UserMetadata, edited_metadata, resolve_user_metadata, user_part
 from docpc_retrievers.documents.workers import (
     DEFAULT_RENDER_TIMEOUT,
@@ -44,56 +44,24 @@ from docpc_retrievers.documents.workers import (
     render_document,
 )
 from docpc_retrievers.encoders import Encoder
-from docpc_retrievers.encoders.protocol import EncodedImage
 from docpc_retrievers.encoders.loader import EncoderRecipe
-from docpc_retrievers.encoders.process import EncoderProcess
-from docpc_retrievers.encoders.stream import EncodeStream
 from docpc_retrievers.errors import PDFLoadError
 from docpc_retrievers.results import IndexFailure, IndexReport
 from docpc_retrievers.scoring.evidence import TokenGrid
 from docpc_retrievers.grid_previews import GridImageStore
 from docpc_retrievers.store.multivector import MultiVectorStore
 from docpc_retrievers.blas_threads import indexing_threads
-from docpc_retrievers.encoders.pooling import pool_vectors
-from docpc_retrievers.progress import PROGRESS, bars_drawn, progress_bar, shrink
-from docpc_retrievers.commit_queue import CommitQueue
+from docpc_retrievers.progress import bars_drawn, progress_bar, shrink
+from docpc_retrievers.indexing_stages import IndexingStages, PendingDocument, PreparedCommit
 from docpc_retrievers.timeline import Timeline
 
-__all__ = ["Indexer", "encode_with_tokens"]
+__all__ = ["AUTO_PROCESS_FILES", "Indexer", "encode_with_tokens"]
+
+AUTO_PROCESS_FILES = 32
+"""Files a run needs before ``encode_in="auto"`` encodes in a process of its own on a GPU: a smaller run gains a
+second or less there, while a program that searches after indexing loads the model once more in its own process."""
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Pending:
-    """A document represented and waiting to be encoded in a batch."""
-
-    doc: RepresentedDocument
-    source: str
-    """The path as given to the run: older records with this ``source`` are replaced when this one is committed."""
-    grid_bytes: bytes | Future[bytes] | None = None
-    """The preview: made by the render worker, or being made in a background thread (rendering in-process)."""
-    submitted: int = 0
-    """Its images handed to the encoder so far."""
-    encoded: list[tuple[np.ndarray, TokenGrid | None]] = field(default_factory=list)
-    """Its images encoded so far (page mode: a document's pages may span two encoder calls)."""
-    pooled: list[Future[tuple[np.ndarray, np.ndarray | None]]] = field(default_factory=list)
-    """Each encoded image's pooling, started as soon as it was encoded (the commit collects them)."""
-    user: dict[str, Any] = field(default_factory=dict)
-    """The user's metadata for this file (checked)."""
-
-    @property
-    def complete(self) -> bool:
-        return len(self.encoded) == len(self.doc.images)
-
-
-@dataclass
-class _Prepared:
-    """A commit ready to write: the store's prepared add, the older documents it replaces, the ids at its paths."""
-
-    ready: Any
-    replaced: list[str]
-    older: Mapping[str, list[str]]
 
 
 @dataclass
@@ -118,7 +86,8 @@ class Indexer:
     encode_in: str = "auto"
     """Where images are encoded: ``process`` (a process of its own: encoders/process.py), ``thread`` (a thread of
     this process) or ``auto`` (its own process when the model is not loaded here yet and runs on a CUDA GPU,
-    where launching kernels competes with this process's commits for Python's lock)."""
+    where launching kernels competes with this process's commits for Python's lock, and the run has at least
+    :data:`AUTO_PROCESS_FILES` files)."""
 
     def add_pdfs(
         self,
@@ -197,7 +166,7 @@ class Indexer:
             job, workers=n_workers, render_timeout=render_timeout, memory_limit=worker_memory, ahead=2 * batch_size,
             timeline=timeline,
         )
-        run = _Run(self, report, batch_size, committed_bar, timeline, encode_in)
+        run = IndexingStages(self, report, batch_size, committed_bar, timeline, encode_in, len(files))
         with indexing_threads(), bars_drawn(progress):  # BLAS (and torch, on 2 cores) on one thread: blas_threads.py
             try:
                 if check_model_first:
@@ -227,15 +196,17 @@ class Indexer:
         logger.info("%s (%d files)", report.summary(), len(files))
         return report
 
-    def process_recipe(self, encode_in: str | None = None) -> EncoderRecipe | None:
+    def process_recipe(self, encode_in: str | None = None, files: int | None = None) -> EncoderRecipe | None:
         """What a run encoding in a process of its own loads there, or None when it encodes in this process
-        (``encode_in`` as :meth:`add_pdfs` takes it; see :attr:`encode_in`)."""
+        (``encode_in`` as :meth:`add_pdfs` takes it; see :attr:`encode_in`; ``files``: how many the run has)."""
         mode = self.encode_in if encode_in is None else encode_in
         if mode == "thread" or not self.encode_in_background or self.encoder_recipe is None:
             return None
         recipe = self.encoder_recipe()
         if recipe is None or mode == "process":
             return recipe
+        if files is not None and files < AUTO_PROCESS_FILES:
+            return None
         try:
             on_gpu = recipe.device().startswith("cuda")
         except ValueError:  # an unusable device: loading it here says why
@@ -262,7 +233,7 @@ class Indexer:
             report.removed.extend(gone)
             logger.info("pruned %d documents whose source is gone", len(gone))
 
-    def _plan(self, path: Path) -> tuple[Path, str] | None:
+    def plan(self, path: Path) -> tuple[Path, str] | None:
         """Whether a file needs rendering: ``(path, doc id)``, or None (already stored, or unreadable).
 
         Runs ahead of :meth:`_take_one`; a copy of a file earlier in the same
@@ -283,7 +254,7 @@ class Indexer:
         rendered: Rendered | None,
         seen_ids: dict[str, str],
         report: IndexReport,
-        pending: list[_Pending],
+        pending: list[PendingDocument],
         user: dict[str, Any] | None,
     ) -> str:
         """Decide one file's outcome, in file order, from its rendering (None when none was needed);
@@ -327,7 +298,7 @@ class Indexer:
             return "failed"
         doc = rendered.doc
         seen_ids[doc_id] = str(path)
-        item = _Pending(doc, str(path), user=user or {})
+        item = PendingDocument(doc, str(path), user=user or {})
         if doc.grid is not None and self.grids.store_grids:
             item.grid_bytes = rendered.preview if rendered.preview is not None else self.grids.encode_later(doc.grid.image)
         pending.append(item)
@@ -363,13 +334,13 @@ class Indexer:
         report.skipped.append(doc_id)
         return "skipped"
 
-    def _prepare_commit(
+    def prepare_commit(
         self,
-        batch: Sequence[_Pending],
+        batch: Sequence[PendingDocument],
         encoded: Sequence[tuple[np.ndarray, TokenGrid | None]],
         model_id: str,
         report: IndexReport,
-    ) -> _Prepared:
+    ) -> PreparedCommit:
         """A commit's work before its write: the pooled vectors collected, the older versions of its paths found,
         its records built and payload packed. Runs while the commit before it writes (no store change here)."""
         t0 = time.perf_counter()
@@ -394,9 +365,9 @@ class Indexer:
             grids=[p.grid_bytes.result() if isinstance(p.grid_bytes, Future) else p.grid_bytes for p in batch],
         )
         report.add_time("pack_s", time.perf_counter() - t0)
-        return _Prepared(ready, replaced, older)
+        return PreparedCommit(ready, replaced, older)
 
-    def _write_commit(self, batch: Sequence[_Pending], prepared: _Prepared, encoder: Encoder, report: IndexReport,
+    def write_commit(self, batch: Sequence[PendingDocument], prepared: PreparedCommit, encoder: Encoder, report: IndexReport,
                       bar: Any) -> None:
         """Write a prepared commit: the store's only change per batch, in file order (one commit at a time)."""
         self.store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
@@ -413,7 +384,7 @@ class Indexer:
         logger.info("committed %d documents (%d in this run)", len(batch), len(report.indexed))
 
     def _pool(
-        self, batch: Sequence[_Pending], encoded: Sequence[tuple[np.ndarray, TokenGrid | None]], model_id: str
+        self, batch: Sequence[PendingDocument], encoded: Sequence[tuple[np.ndarray, TokenGrid | None]], model_id: str
     ) -> tuple[list[np.ndarray], list[list[int] | None], list[np.ndarray | None]]:
         """Per document: its (pooled) vectors, its parts (page mode) and the anchors of pooled rows."""
         vectors: list[np.ndarray] = []
@@ -470,137 +441,3 @@ def encode_with_tokens(encoder: Encoder, images: Sequence[Image.Image]) -> list[
         (item.embeddings, TokenGrid.from_visual_mask(item.visual_mask, item.patch_grid))
         for item in encoder.encode_images_with_info(list(images))
     ]
-
-
-class _Run:
-    """One ``add_pdfs`` call's moving parts: the documents waiting for the encoder, the encode stream (started when
-    the first document is planned, so the model loads while workers render), the poolers and the committer.
-
-    The loop (this thread) adds rendered documents and hands their images over ``batch_size`` at a time; the
-    stream's thread attaches the results, starts each image's pooling and commits the documents whose images are
-    all encoded, in file order.
-    """
-
-    def __init__(self, indexer: Indexer, report: IndexReport, batch_size: int, bar: Any,
-                 timeline: Timeline | None, encode_in: str = "auto") -> None:
-        self.indexer = indexer
-        self.encode_in = encode_in
-        self.report = report
-        self.batch_size = batch_size
-        self.bar = bar
-        self.timeline = timeline
-        self.pending: list[_Pending] = []
-        self._lock = threading.Lock()  # pending: appended here, completed documents removed by the stream's thread
-        self.stream: EncodeStream | EncoderProcess | None = None
-        self.committer = CommitQueue(timeline)
-        # Pooling is CPU work (Ward clustering, ~14 ms for 760 vectors) mostly outside the GIL: each image is pooled
-        # on these threads as soon as it is encoded, so a long document's pages are not all pooled at its commit.
-        self.pooler = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="docpc-pool")
-        # A commit's records are built and its payload packed (compression, base85: outside the GIL) while the
-        # commit before it writes, so the one thread that writes (Chroma holds the GIL as it writes) only writes.
-        self.packer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="docpc-pack")
-
-    def plan(self, path: Path) -> tuple[Path, str] | None:
-        """The indexer's plan; the first document that needs rendering starts the stream (and the model's load)."""
-        task = self.indexer._plan(path)
-        if task is not None and self.stream is None and self.indexer.encode_in_background:
-            self._start()
-        return task
-
-    def _start(self) -> EncodeStream | EncoderProcess:
-        if self.stream is None:
-            on_span = None
-            if self.timeline is not None:
-                timeline = self.timeline
-                on_span = lambda stage, a, b: timeline.span(f"encode.{stage}", a, b)  # noqa: E731
-            recipe = self.indexer.process_recipe(self.encode_in)
-            if recipe is not None:
-                PROGRESS.info("loading the model %s in an encoding process", recipe.name or recipe.model)
-                self.stream = EncoderProcess(recipe, check=self.indexer.check_encoder, on_span=on_span)
-            else:
-                self.stream = EncodeStream(self.indexer.encoder, background=self.indexer.encode_in_background,
-                                           on_span=on_span)
-        return self.stream
-
-    def check_encoder(self) -> None:
-        """Start encoding now and wait for the encoder, which raises when it does not match the store."""
-        _ = self._start().encoder
-
-    def waited(self, results: Iterator[tuple[Path, Rendered | None]]) -> Iterator[tuple[Path, Rendered | None]]:
-        """The render results, the loop's waits for them recorded in the timeline."""
-        if self.timeline is None:
-            yield from results
-            return
-        while True:
-            started = time.perf_counter()
-            try:
-                item = next(results)
-            except StopIteration:
-                return
-            self.timeline.span("loop.wait_render", started, time.perf_counter())
-            yield item
-
-    def encode_ready(self, *, final: bool) -> None:
-        """Hand waiting images to the stream ``batch_size`` at a time (all that are left when ``final``, then wait
-        for them). Grid mode: a chunk is ``batch_size`` documents, committed together. Page mode: the encoder
-        still gets full chunks of pages, not a document's worth, and a commit holds the documents a chunk finished.
-        """
-        while True:
-            with self._lock:
-                waiting = [(p, i) for p in self.pending for i in range(p.submitted, len(p.doc.images))]
-            if not waiting or (len(waiting) < self.batch_size and not final):
-                break
-            take = waiting[: self.batch_size]
-            for p, _ in take:
-                p.submitted += 1
-            stream = self._start()
-            if self.timeline is not None:
-                self.timeline.depth("encode_queue", stream.waiting)
-            stream.submit([p.doc.images[i] for p, i in take], lambda encoded, t=take: self._encoded(t, encoded))
-        if final:
-            if self.stream is not None:
-                self.stream.drain()
-            self._commit_complete()
-
-    def _encoded(self, take: list[tuple[_Pending, int]], encoded: list[EncodedImage]) -> None:
-        """A chunk's results (on the stream's thread): attach, pool, commit the documents now complete."""
-        self.report.images_encoded += len(take)
-        factor = self.indexer.settings.pool_factor
-        for (p, _), item in zip(take, encoded):
-            p.encoded.append((item.embeddings, TokenGrid.from_visual_mask(item.visual_mask, item.patch_grid)))
-            p.pooled.append(self.pooler.submit(pool_vectors, item.embeddings, factor))
-        self._commit_complete()
-
-    def _commit_complete(self) -> None:
-        with self._lock:
-            done = 0
-            while done < len(self.pending) and self.pending[done].complete:
-                done += 1
-            batch, self.pending[:done] = self.pending[:done], []
-        if batch:
-            assert self.stream is not None
-            encoder = self.stream.encoder
-            indexer, report, bar, timeline = self.indexer, self.report, self.bar, self.timeline
-            encoded = [x for p in batch for x in p.encoded]
-
-            def prepare() -> _Prepared:
-                if timeline is None:
-                    return indexer._prepare_commit(batch, encoded, encoder.model_id, report)
-                with timeline.busy("commit.prepare"):
-                    return indexer._prepare_commit(batch, encoded, encoder.model_id, report)
-
-            prepared = self.packer.submit(prepare)
-            self.committer.submit(lambda: indexer._write_commit(batch, prepared.result(), encoder, report, bar))
-
-    def close(self) -> None:
-        """Stop the stream (a batch in flight finishes), let a commit in flight finish, stop the poolers."""
-        try:
-            if self.stream is not None:
-                self.stream.close()
-                spent = self.stream.busy_s
-                if spent:
-                    self.report.add_time("encode_s", spent)
-        finally:
-            self.committer.close()
-            self.packer.shutdown(wait=True)
-            self.pooler.shutdown(wait=True)

@@ -167,3 +167,23 @@ def test_a_model_given_for_a_store_is_checked_in_the_encoding_process_before_any
         report = index.add_pdfs(docs, workers=0, encode_in="process")
         assert len(report.indexed) == 1 and len(report.skipped) == 2 and index._encoders._encoder is None
     assert len(spawned) == 3 and _leftover_pixels() == []
+
+
+def test_auto_encodes_in_a_process_on_a_cuda_gpu_for_runs_of_enough_files(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from docpc_retrievers.encoders.loader import EncoderRecipe
+    from docpc_retrievers.indexing import AUTO_PROCESS_FILES
+
+    with DocPCIndex(tmp_path / "S", model=tiny_checkpoint, encoder_kwargs=CPU, writable=True) as index:
+        indexer = index._indexer
+        assert indexer.process_recipe("auto", 1000) is None  # this machine's device: the CPU
+        monkeypatch.setattr(EncoderRecipe, "device", lambda self: "cuda:0")  # as on a GPU machine
+        recipe = indexer.process_recipe("auto", AUTO_PROCESS_FILES)
+        assert recipe is not None and recipe.model == str(tiny_checkpoint) and recipe.options.device == "cpu"
+        assert indexer.process_recipe("auto", AUTO_PROCESS_FILES - 1) is None
+        assert indexer.process_recipe("thread", 1000) is None and indexer.process_recipe("process", 1) is not None
+        assert index.encoder.dim > 0  # loaded here now: a second copy elsewhere would be loaded for nothing
+        assert indexer.process_recipe("auto", 1000) is None and indexer.process_recipe("process", 1000) is None
+    with DocPCIndex(tmp_path / "S2", encoder=index.encoder, writable=True) as given:  # an object cannot move
+        assert given._indexer.process_recipe("process", 1000) is None
