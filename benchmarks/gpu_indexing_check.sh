@@ -5,7 +5,8 @@
 # page mode. Results land in $OUT/pipeline (indexing_pipeline.json, timelines.json).
 #   run: bash benchmarks/gpu_indexing_check.sh            (carry: [".whl"])
 # BUDGET (seconds, default 470) bounds the steps; WORKERS (default 14) the render processes; STEPS replaces the list;
-# DOCUMENTS (default 1200) and PAGE_DOCUMENTS (40) size the corpus. A rehearsal on a CPU, in the project's
+# DOCUMENTS (default 1200) and PAGE_DOCUMENTS (40) size the corpus. The compiled blocks in a cold and a warm
+# process (one inductor cache) are a separate call: STEPS=compile_cache DOCUMENTS=16 bash benchmarks/gpu_indexing_check.sh. A rehearsal on a CPU, in the project's
 # environment: PYTHON=.venv/bin/python WHEELS=0 DOCUMENTS=24 PAGE_DOCUMENTS=4 WORKERS=2 \
 #   EXTRA="--device cpu --architecture tiny" bash benchmarks/gpu_indexing_check.sh
 set -euo pipefail

@@ -227,6 +227,9 @@ class EncoderProcess:
                     _wait_briefly(self._process)  # its exit code names what happened
                     self._fail(self._gone())
                 return
+            except BaseException as exc:  # an answer that cannot be read: the run must not wait for it
+                self._fail(EncodingProcessError(f"an answer of the encoding process could not be read: {exc}"))
+                return
             try:
                 self._handle(message)
             except BaseException as exc:  # a ``done`` or the check failed: the run stops at its next call
