@@ -9,11 +9,14 @@ it to check the stages overlap). Recording costs a list append per span; no run 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 __all__ = ["Timeline"]
@@ -82,6 +85,19 @@ class Timeline:
         first = min((s for s, _ in (x for v in by_lane.values() for x in v)), default=self.started)
         return {"wall_s": round(wall, 3), "first_span_s": round(first - self.started, 3), "lanes": lanes,
                 "queues": queues}
+
+    def headline(self, lanes: int = 6) -> str:
+        """The busiest lanes as one line, e.g. ``encode.forward 64%, commit 61%, render 33% (14 workers)``."""
+        summary = self.summary()
+        shares = [(v["share"], name, v.get("lanes")) for name, v in summary["lanes"].items() if ":" not in name]
+        shares.sort(key=lambda item: (-item[0], item[1]))
+        parts = [f"{name} {share:.0%}" + (f" ({count} workers)" if count else "")
+                 for share, name, count in shares[:lanes]]
+        return f"{', '.join(parts)} of {summary['wall_s']:.1f} s"
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Save the summary and every span and depth sample as JSON (times in seconds from the start)."""
+        Path(path).write_text(json.dumps({"summary": self.summary(), **self.to_dict()}))
 
     def to_dict(self) -> dict[str, Any]:
         """Everything recorded, times relative to the start (for plotting)."""

@@ -192,3 +192,21 @@ def test_a_failed_commit_skips_the_ones_queued_behind_it_and_is_raised() -> None
         committer.wait()
     committer.close()
     assert done == [0]  # the one after the failure was skipped: what is committed stays a prefix
+
+
+def test_a_timeline_tells_its_busiest_stages_in_one_line_and_saves_every_span(tmp_path: Path) -> None:
+    import json
+
+    timeline = Timeline()
+    t = timeline.started
+    timeline.span("encode.forward", t + 1, t + 7)
+    timeline.span("commit", t + 2, t + 4)
+    timeline.span("render:11", t, t + 5)
+    timeline.span("render:12", t, t + 3)
+    timeline.depth("encode_queue", 2)
+    timeline.ended = t + 10
+    assert timeline.headline() == "encode.forward 60%, render 40% (2 workers), commit 20% of 10.0 s"
+    timeline.write(tmp_path / "t.json")
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["summary"]["lanes"]["render"]["lanes"] == 2 and len(saved["spans"]) == 4
+    assert saved["depths"][0][0] == "encode_queue" and saved["depths"][0][2] == 2

@@ -135,11 +135,17 @@ def test_where_a_run_encodes_is_checked_and_auto_stays_in_this_process_on_a_cpu(
 def test_docpc_index_encodes_in_a_process_when_asked_and_says_what_it_did(tmp_path: Path, tiny_checkpoint: Path) -> None:
     files = [make_pdf(tmp_path / "pdfs" / f"c{i}.pdf", f"command {i}") for i in range(3)]
     store = tmp_path / "S"
+    timeline = tmp_path / "timeline.json"
     run = run_docpc("index", *files, "--store", store, "--model", tiny_checkpoint, "--encode-in", "process",
-                    "--no-progress", "--json")
+                    "--no-progress", "--json", "--timeline", timeline)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["indexed"] == 3
     assert "in an encoding process" in run.stderr
+    recorded = json.loads(timeline.read_text())  # the child's forward passes and this process's commits, one clock
+    lanes = recorded["summary"]["lanes"]
+    assert lanes["encode.forward"]["spans"] >= 1 and lanes["commit"]["spans"] >= 1
+    assert all(0 <= start <= end <= recorded["summary"]["wall_s"] for _, start, end in recorded["spans"])
+    assert "where the time went: " in run.stderr and f"every span in {timeline}" in run.stderr
     refused = run_docpc("index", *files, "--store", store, "--encode-in", "gpu")
     assert refused.returncode == 2 and "invalid choice: 'gpu'" in refused.stderr
 

@@ -81,6 +81,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--timeline", type=Path, metavar="FILE",
+        help="record where the run's time went (each stage's busy spans, the queues' depths) as JSON in FILE, and "
+        "print each stage's share of the run",
+    )
+    p.add_argument(
         "--prune", action="store_true",
         help="mirror the given folders: delete stored documents whose source under them no longer exists "
         "(nothing outside them; a missing or PDF-less root is an error and deletes nothing)",
@@ -155,6 +160,7 @@ def run_index(args: argparse.Namespace) -> int:
     )
     from docpc_retrievers.errors import InvalidMetadataError
     from docpc_retrievers.index import DocPCIndex
+    from docpc_retrievers.timeline import Timeline
 
     try:
         common = parse_meta_option(args.meta) if args.meta else None
@@ -166,24 +172,33 @@ def run_index(args: argparse.Namespace) -> int:
     if not args.verbose:  # each failure is printed once, from the report below, not also as a log warning
         logging.getLogger("docpc_retrievers.indexing").setLevel(logging.ERROR)
     settings = _settings(args)
-    with DocPCIndex(
-        args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),
-        shards=args.shards, **store_kwargs(args),
-    ) as index:
-        report = index.add_pdfs(
-            args.paths,
-            password=args.password,
-            batch_size=args.commit_every,
-            progress=not args.no_progress,
-            workers=args.workers,
-            render_timeout=args.render_timeout,
-            prune=args.prune,
-            metadata=common,
-            metadata_by_path=by_path,
-            sidecars=not args.no_sidecars,
-            encode_in=args.encode_in,
-        )
-        stored = len(index)
+    timeline = Timeline() if args.timeline else None
+    try:
+        with DocPCIndex(
+            args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),
+            shards=args.shards, **store_kwargs(args),
+        ) as index:
+            report = index.add_pdfs(
+                args.paths,
+                password=args.password,
+                batch_size=args.commit_every,
+                progress=not args.no_progress,
+                workers=args.workers,
+                render_timeout=args.render_timeout,
+                prune=args.prune,
+                metadata=common,
+                metadata_by_path=by_path,
+                sidecars=not args.no_sidecars,
+                encode_in=args.encode_in,
+                timeline=timeline,
+            )
+            stored = len(index)
+    finally:
+        if timeline is not None:  # a failed run's timeline is the one most worth reading
+            timeline.write(args.timeline)
+            if timeline.spans:
+                print(f"docpc: where the time went: {timeline.headline()}; every span in {args.timeline}",
+                      file=sys.stderr)
     if created and stored == 0:  # every file failed: leave no store that records no model and no dimension
         shutil.rmtree(Path(args.store).expanduser(), ignore_errors=True)
         print(f"docpc: no document was indexed, so no store was created at {args.store}", file=sys.stderr)
