@@ -63,7 +63,9 @@ def test_encoding_in_its_own_process_stores_what_the_thread_stores_bit_for_bit(
             timeline = Timeline()
             with DocPCIndex(tmp_path / f"{mode}-{where}", model=tiny_checkpoint, encoder_kwargs=CPU,
                             settings=index_settings, writable=True) as index:
-                report = index.add_pdfs(files, batch_size=3, workers=0, encode_in=where, timeline=timeline)
+                # the process run renders in worker processes too: pixels from a worker, to this process, to the child
+                report = index.add_pdfs(files, batch_size=3, workers=2 if where == "process" else 0, encode_in=where,
+                                        timeline=timeline)
                 assert len(report.indexed) == 7 and not report.failed
                 stored[mode, where] = _stored(index, report.indexed)
                 settings[mode, where] = index.store.settings["encoder"]
