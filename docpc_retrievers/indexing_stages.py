@@ -72,7 +72,6 @@ class PreparedCommit:
     older: Mapping[str, list[str]]
 
 
-
 class StagesOwner(Protocol):
     """What the stages need from the indexer that runs them (indexing.py's ``Indexer``)."""
 
@@ -93,12 +92,13 @@ class StagesOwner(Protocol):
 
 
 class IndexingStages:
-    """One ``add_pdfs`` call's moving parts: the documents waiting for the encoder, the encode stream (started when
-    the first document is planned, so the model loads while workers render), the poolers and the committer.
+    """One ``add_pdfs`` call's moving parts: the documents waiting for the encoder, the encoder (a thread or a
+    process of its own, started when the first document is planned, so the model loads while workers render), the
+    poolers, the packers and the committer.
 
     The loop (this thread) adds rendered documents and hands their images over ``batch_size`` at a time; the
-    stream's thread attaches the results, starts each image's pooling and commits the documents whose images are
-    all encoded, in file order.
+    thread that hears the encoder's results attaches them, starts each image's pooling and hands the documents
+    whose images are all encoded to be packed and committed, in file order.
     """
 
     def __init__(self, indexer: StagesOwner, report: IndexReport, batch_size: int, bar: Any,
