@@ -94,7 +94,7 @@ def test_an_encoding_process_that_dies_fails_the_run_keeps_its_commits_and_a_rer
 
     store = tmp_path / "S"
     with DocPCIndex(store, model=tiny_checkpoint, encoder_kwargs=CPU, writable=True) as index:
-        with pytest.raises(EncodingProcessError, match=r"killed \(SIGKILL\).*run again"):
+        with pytest.raises(EncodingProcessError, match=r"ended \(signal SIGKILL\).*run again"):
             index.add_pdfs(files, batch_size=2, workers=0, encode_in="process", on_file=kill_at_the_fifth)
         kept = index.store.count()
     assert kept < 8 and _leftover_pixels() == []

@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from docpc_retrievers.child_process import describe_exit, start_child
 from docpc_retrievers.pixel_files import remove_files, remove_orphans
 from docpc_retrievers.documents.rendering import (
     DEFAULT_WORKER_MEMORY,
@@ -110,20 +109,6 @@ class InlineRenderer:
         self.close()
 
 
-def _widen_pipe(fd: int) -> None:
-    """Ask Linux for a 1 MiB pipe buffer (a grid is 4 MB of pixels; the default 64 KiB costs a switch per chunk)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-    except (ImportError, OSError):
-        pass
-
-
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
 class _Entry(Generic[T]):
     __slots__ = ("item", "task", "result")
 
@@ -141,24 +126,10 @@ class _Worker:
     """One render process: a fresh interpreter fed through a pipe each way (the job first, then tasks)."""
 
     def __init__(self, job: RenderJob, memory_limit: int | None) -> None:
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
-        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # rendering needs no BLAS threads
-            env[name] = "1"
-        code = f"from docpc_retrievers.documents.rendering import serve; serve({to_child_r}, {from_child_w})"
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            )
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
-        _widen_pipe(from_child_r)
-        self.sender = Connection(to_child_w, readable=False)
-        self.conn = Connection(from_child_r, writable=False)
+        no_blas_threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+        # a grid is 4 MB of pixels when no shared memory carries it: a wide pipe back
+        self.process, self.sender, self.conn = start_child("docpc_retrievers.documents.rendering", "serve",
+                                                           env=no_blas_threads, wide_pipe=True)
         self.sender.send((job, memory_limit))
         self.entry: _Entry[Any] | None = None
         self.spawned = time.monotonic()
@@ -184,11 +155,7 @@ class _Worker:
             pass
 
     def exit_description(self) -> str:
-        try:
-            code = self.process.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            return "no exit yet"
-        return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return describe_exit(self.process)
 
     def stop(self, *, kill: bool = False) -> None:
         if not kill:

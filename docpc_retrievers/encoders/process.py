@@ -19,18 +19,17 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from docpc_retrievers.child_process import describe_exit, start_child
 from docpc_retrievers.encoders.loader import EncoderRecipe
 from docpc_retrievers.encoders.protocol import EncodedImage, Encoder
 from docpc_retrievers.encoders.stream import EncodeStream, Span
@@ -99,7 +98,7 @@ class EncoderProcess:
         self._error: BaseException | None = None
         self._encoder: RemoteEncoder | None = None
         self._closing = False
-        self._process, self._sender, self._conn = _start_child()
+        self._process, self._sender, self._conn = start_child("docpc_retrievers.encoders.process", "serve")
         self._sender.send((recipe, depth))
         self._started = time.monotonic()
         self._reader: threading.Thread | None = threading.Thread(target=self._read, name="docpc-encode-reader",
@@ -199,13 +198,8 @@ class EncoderProcess:
                 raise self._error
 
     def _gone(self) -> EncodingProcessError:
-        code = self._process.poll()
-        if code is None:
-            how = "stopped answering"
-        elif code < 0:
-            how = f"was killed ({signal.Signals(-code).name})"
-        else:
-            how = f"exited with code {code}"
+        how = describe_exit(self._process, wait=0)
+        how = "stopped answering" if how == "no exit yet" else f"ended ({how})"
         return EncodingProcessError(f"the encoding process {how}; what was committed stays indexed: run again to "
                                     "go on")
 
@@ -276,23 +270,6 @@ def _wait_briefly(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=2)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _start_child() -> tuple[subprocess.Popen[bytes], Connection, Connection]:
-    """A fresh interpreter running :func:`serve`, with a pipe each way."""
-    to_child_r, to_child_w = os.pipe()
-    from_child_r, from_child_w = os.pipe()
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    code = f"from docpc_retrievers.encoders.process import serve; serve({to_child_r}, {from_child_w})"
-    try:
-        process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), env=env,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    finally:
-        os.close(to_child_r)
-        os.close(from_child_w)
-    return process, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False)
 
 
 def _portable(exc: BaseException) -> tuple[bytes | None, str, str]:
