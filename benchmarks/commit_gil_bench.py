@@ -47,6 +47,31 @@ def waker(stop: threading.Event, delays: list[float]) -> None:
 VARIANTS = {"before": (16_000,), "after": (512,)}
 
 
+def commit_documents(folder: Path, n: int) -> list[dict[str, Any]]:
+    """``n`` documents as a commit gets them: id, real text and grid preview from the folder's PDFs (unreadable
+    ones skipped), and 744 x 128 random vectors (a 768-token ColQwen2 grid's count; int8 codes of random vectors
+    shrink under zlib as real token vectors' do, 0.95x)."""
+    from docpc_retrievers.config import IndexSettings
+    from docpc_retrievers.documents.discovery import discover_pdfs
+    from docpc_retrievers.documents.preview import encode_grid
+    from docpc_retrievers.documents.represent import represent_pdf
+    from docpc_retrievers.errors import PDFLoadError
+
+    docs: list[dict[str, Any]] = []
+    rng = np.random.default_rng(0)
+    for path in discover_pdfs([folder]):
+        if len(docs) == n:
+            break
+        try:
+            rep = represent_pdf(path, IndexSettings())
+        except PDFLoadError:
+            continue
+        vectors = rng.standard_normal((744, 128)).astype(np.float32)
+        docs.append({"id": f"d{len(docs):04d}", "text": rep.text, "grid": encode_grid(rep.grid.image),  # type: ignore[union-attr]
+                     "vectors": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)})
+    return docs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pdfs", type=Path)
@@ -54,25 +79,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
 
-    from docpc_retrievers.config import IndexSettings
-    from docpc_retrievers.documents.discovery import discover_pdfs
-    from docpc_retrievers.documents.preview import encode_grid
-    from docpc_retrievers.documents.represent import represent_pdf
-    from docpc_retrievers.errors import PDFLoadError
     from docpc_retrievers.store import fields
     from docpc_retrievers.store.multivector import MultiVectorStore
 
-    docs: list[dict[str, Any]] = []
-    rng = np.random.default_rng(0)
-    for path in discover_pdfs([args.pdfs]):
-        if len(docs) == args.documents:
-            break
-        try:
-            rep = represent_pdf(path, IndexSettings())
-        except PDFLoadError:
-            continue
-        docs.append({"id": f"d{len(docs):04d}", "text": rep.text, "grid": encode_grid(rep.grid.image),  # type: ignore[union-attr]
-                     "vectors": rng.standard_normal((744, 128)).astype(np.float32)})
+    docs = commit_documents(args.pdfs, args.documents)
     text_kb = statistics.mean(len(d["text"].encode()) for d in docs) / 1024
 
     def commit_all(variant: tuple[int, int], watched: bool) -> float | list[float]:

@@ -33,10 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from commit_gil_bench import waker  # noqa: E402
+from commit_gil_bench import commit_documents, waker  # noqa: E402
 from machine import cpu_name  # noqa: E402
 
 
@@ -48,26 +46,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     args = ap.parse_args()
 
-    from docpc_retrievers.config import IndexSettings
-    from docpc_retrievers.documents.discovery import discover_pdfs
-    from docpc_retrievers.documents.preview import encode_grid
-    from docpc_retrievers.documents.represent import represent_pdf
-    from docpc_retrievers.errors import PDFLoadError
     from docpc_retrievers.store import engine as engine_module
     from docpc_retrievers.store.multivector import MultiVectorStore
 
-    docs: list[dict[str, Any]] = []
-    rng = np.random.default_rng(0)
-    for path in discover_pdfs([args.pdfs]):
-        if len(docs) == args.documents:
-            break
-        try:
-            rep = represent_pdf(path, IndexSettings())
-        except PDFLoadError:
-            continue
-        vectors = rng.standard_normal((744, 128)).astype(np.float32)
-        docs.append({"id": f"d{len(docs):04d}", "text": rep.text, "grid": encode_grid(rep.grid.image),  # type: ignore[union-attr]
-                     "vectors": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)})
+    docs = commit_documents(args.pdfs, args.documents)
     real_chunk = engine_module.chunk_payload
 
     def zlib_on_grids_too(data: bytes, packing: str = "b64", *, compress: bool = True) -> list[dict[str, str]]:
