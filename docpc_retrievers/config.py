@@ -66,7 +66,7 @@ DEFAULT_MAX_FILE_BYTES = 512 * 1024 * 1024
 
 ENCODE_IN = ("auto", "process", "thread")
 """Where an indexing run encodes: a process of its own, a thread of the indexing process, or auto (a process on a
-CUDA GPU, where launching kernels would compete with the commits for Python's lock, for runs of 32 files or more;
+CUDA GPU, where launching kernels would compete with the commits for Python's lock, for runs of 256 files or more;
 a thread elsewhere)."""
 
 #: ``grid``: K pages composed into one image per document (DocPC); ``page``: every

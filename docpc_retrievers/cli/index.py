@@ -76,7 +76,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--encode-in", choices=ENCODE_IN, default="auto",
         help="where images are encoded: a process of its own (on a GPU, away from the commits' use of Python's "
-        "lock), a thread of this process, or auto (default: a process on a CUDA GPU for 32 files or more, else a "
+        "lock), a thread of this process, or auto (default: a process on a CUDA GPU for 256 files or more, else a "
         "thread)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
