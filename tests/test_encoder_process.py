@@ -195,3 +195,22 @@ def test_auto_encodes_in_a_process_on_a_cuda_gpu_for_runs_of_enough_files(
         assert indexer.process_recipe("auto", 1000) is None and indexer.process_recipe("process", 1000) is None
     with DocPCIndex(tmp_path / "S2", encoder=index.encoder, writable=True) as given:  # an object cannot move
         assert given._indexer.process_recipe("process", 1000) is None
+
+
+def test_pixels_go_through_the_pipe_when_shared_memory_has_no_room(
+    tmp_path: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch,
+    spawned: list[encoder_process.EncoderProcess],
+) -> None:
+    """A container's /dev/shm holds 64 MB by default, less than a few chunks of pixels: a write that fails there
+    sends the chunk through the pipe, and the vectors are the same."""
+    files = [make_pdf(tmp_path / "pdfs" / f"s{i}.pdf", f"spool {i}", 1 + i % 2) for i in range(4)]
+    monkeypatch.setattr(encoder_process, "spool_dir", lambda fallback=False: str(tmp_path / "no-room"))
+    stored = {}
+    for where in ("thread", "process"):
+        clear_chroma_cache()
+        with DocPCIndex(tmp_path / where, model=tiny_checkpoint, encoder_kwargs=CPU, writable=True) as index:
+            report = index.add_pdfs(files, batch_size=2, workers=0, encode_in=where)
+            assert len(report.indexed) == 4
+            stored[where] = _stored(index, report.indexed)
+    assert stored["process"] == stored["thread"]
+    assert len(spawned) == 1 and spawned[0].spool_full

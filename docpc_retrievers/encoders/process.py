@@ -86,6 +86,8 @@ class EncoderProcess:
         self._told = on_span
         self._check = check
         self._limit = max(1, depth) + 2
+        self.spool_full = False
+        """Whether a chunk's pixels found no room in the spool and went through the pipe instead."""
         self.busy_s = 0.0
         """Seconds the child spent preparing and forwarding batches (summed: preparation overlaps forwards)."""
         self._spool = spool_dir(fallback=True) or "."
@@ -140,12 +142,19 @@ class EncoderProcess:
             number = self._submitted
             self._submitted += 1
             self._done[number] = done
-        path = os.path.join(self._spool, f"{self._prefix}{number}.raw")
-        entries = write_images(images, path)
+        path: str | None = os.path.join(self._spool, f"{self._prefix}{number}.raw")
         try:
-            self._sender.send(("encode", number, path, entries))
+            pixels: Any = write_images(images, path)  # type: ignore[arg-type]
+        except OSError:  # a full or missing spool (a container's /dev/shm is 64 MB by default): through the pipe
+            if not self.spool_full:
+                logger.info("pixels go to the encoding process through the pipe: %s has no room", self._spool)
+            self.spool_full = True
+            path, pixels = None, [(image.mode, image.size, image.tobytes()) for image in images]
+        try:
+            self._sender.send(("encode", number, path, pixels))
         except OSError:
-            unlink_quietly(path)
+            if path is not None:
+                unlink_quietly(path)
             self._raise_if_failed()
             raise self._gone() from None
 
@@ -376,8 +385,11 @@ def _serve_chunks(conn_in: Connection, out: _Sender, stream: EncodeStream) -> No
             return
         try:
             if message[0] == "encode":
-                _, number, path, entries = message
-                images = read_images(path, entries)
+                _, number, path, pixels = message
+                if path is None:  # sent through the pipe: ``(mode, size, bytes)`` each
+                    images = [Image.frombytes(mode, size, data) for mode, size, data in pixels]
+                else:
+                    images = read_images(path, pixels)
                 stream.submit(images, lambda encoded, n=number: out.send(("done", n, _results(encoded))))
             elif message[0] == "flush":
                 stream.drain()
