@@ -20,7 +20,6 @@ import pickle
 import signal
 import subprocess
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -39,9 +38,6 @@ from docpc_retrievers.pixel_files import read_images, remove_files, spool_dir, u
 __all__ = ["EncoderProcess", "RemoteEncoder", "serve"]
 
 logger = logging.getLogger(__name__)
-
-START_LIMIT = 600.0
-"""Seconds the child may take to start and load the model before the run gives up on it."""
 
 _numbers = itertools.count()
 
@@ -102,7 +98,6 @@ class EncoderProcess:
         self._closing = False
         self._process, self._sender, self._conn = start_child("docpc_retrievers.encoders.process", "serve")
         self._sender.send((recipe, depth))
-        self._started = time.monotonic()
         self._reader: threading.Thread | None = threading.Thread(target=self._read, name="docpc-encode-reader",
                                                                  daemon=True)
         self._reader.start()
@@ -116,11 +111,9 @@ class EncoderProcess:
     @property
     def encoder(self) -> RemoteEncoder:
         """The child's encoder, once loaded and checked (waits for it; raises its load error or the refusal)."""
-        with self._cond:
+        with self._cond:  # no time limit: a first run may be downloading the model (a child that dies is told)
             while self._encoder is None and self._error is None:
-                if not self._cond.wait(timeout=1.0) and time.monotonic() - self._started > START_LIMIT:
-                    self._error = EncodingProcessError(f"the encoding process did not load its model within "
-                                                       f"{START_LIMIT:.0f} s")
+                self._cond.wait()
             if self._error is not None:
                 raise self._error
             assert self._encoder is not None
