@@ -200,7 +200,7 @@ class EncoderProcess:
                 raise self._error
 
     def _gone(self) -> EncodingProcessError:
-        how = describe_exit(self._process, wait=0)
+        how = describe_exit(self._process, wait=2.0)  # a child whose pipe broke is ending: its exit names how
         how = "stopped answering" if how == "no exit yet" else f"ended ({how})"
         return EncodingProcessError(f"the encoding process {how}; what was committed stays indexed: run again to "
                                     "go on")
@@ -220,7 +220,6 @@ class EncoderProcess:
                 with self._cond:
                     closing = self._closing
                 if not closing:
-                    _wait_briefly(self._process)  # its exit code names what happened
                     self._fail(self._gone())
                 return
             except BaseException as exc:  # an answer that cannot be read: the run must not wait for it
@@ -265,13 +264,6 @@ class EncoderProcess:
                 self._cond.notify_all()
         elif kind == "error":
             self._fail(_restored(*message[1:]))
-
-
-def _wait_briefly(process: subprocess.Popen[bytes]) -> None:
-    try:
-        process.wait(timeout=2)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _portable(exc: BaseException) -> tuple[bytes | None, str, str]:
