@@ -369,8 +369,8 @@ class Indexer:
         report.add_time("pack_s", time.perf_counter() - t0)
         return PreparedCommit(ready, replaced, older)
 
-    def write_commit(self, batch: Sequence[PendingDocument], prepared: PreparedCommit, encoder: Encoder, report: IndexReport,
-                      bar: Any) -> None:
+    def write_commit(self, batch: Sequence[PendingDocument], prepared: PreparedCommit, encoder: Encoder,
+                     report: IndexReport, bar: Any) -> None:
         """Write a prepared commit: the store's only change per batch, in file order (one commit at a time)."""
         self.store.set_settings({"encoder": encoder.settings(), "index": self.settings.to_dict()})
         t0 = time.perf_counter()

@@ -33,7 +33,9 @@ from docpc_retrievers.encoders.loader import EncoderRecipe
 from docpc_retrievers.encoders.protocol import EncodedImage, Encoder
 from docpc_retrievers.encoders.stream import EncodeStream, Span
 from docpc_retrievers.errors import EncodingProcessError
-from docpc_retrievers.pixel_files import read_images, remove_files, spool_dir, unlink_quietly, write_images
+from docpc_retrievers.pixel_files import (
+    read_images, remove_files, remove_orphans, spool_dir, unlink_quietly, write_images,
+)
 
 __all__ = ["EncoderProcess", "RemoteEncoder", "serve"]
 
@@ -87,6 +89,7 @@ class EncoderProcess:
         self.busy_s = 0.0
         """Seconds the child spent preparing and forwarding batches (summed: preparation overlaps forwards)."""
         self._spool = spool_dir(fallback=True) or "."
+        remove_orphans(self._spool)  # an earlier run killed with chunks in flight (it may have had no render pool)
         self._prefix = f"docpc-encode-{os.getpid()}-{next(_numbers)}-"  # the owner's pid first: orphans are found
         self._cond = threading.Condition()
         self._done: dict[int, Callable[[list[EncodedImage]], None]] = {}
