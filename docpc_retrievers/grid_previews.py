@@ -1,4 +1,4 @@
-"""Grid previews: each document's composed grid, kept in the store as lossless WebP.
+"""Grid previews: each document's composed grid, kept in the store as WebP (lossless for text, q90 for pictures).
 
 The bytes come from :func:`docpc_retrievers.documents.preview.encode_grid`,
 made in the render workers while indexing when there are two or more (or

@@ -230,7 +230,7 @@ class DocPCIndex:
         return self.grids.image(doc_id)
 
     def grid_image_bytes(self, doc_id: str) -> bytes:
-        """The stored grid preview (lossless WebP) exactly as written: no decode and re-encode for framework results."""
+        """The stored grid preview (WebP) exactly as written: no decode and re-encode for framework results."""
         return self.grids.read_bytes(doc_id)
 
     def grid_layout(self, doc_id: str) -> GridLayout:

@@ -67,7 +67,7 @@ class SearchResult:
     text: str | None = field(default=None, repr=False, compare=False)
     """The text layer of the selected pages, read with the hit (None where the search did not read it)."""
     grid_image: bytes | None = field(default=None, repr=False, compare=False)
-    """The grid preview's bytes (lossless WebP), read with the hit when the search was asked for them (``grids``)."""
+    """The grid preview's bytes (WebP: lossless for text grids, quality 90 for photos and scans), read with the hit when the search was asked for them (``grids``)."""
 
     @classmethod
     def from_metadata(cls, doc_id: str, score: float, rank: int, metadata: dict[str, Any],
@@ -284,7 +284,7 @@ class Hit:
     ``text`` is the text layer of the selected pages; ``metadata`` the
     stored keys plus score, rank and evidence (see
     :func:`docpc_retrievers.retrievers.result_metadata`); ``image`` the image
-    asked for (``image_mime_type`` says its true format: lossless WebP for
+    asked for (``image_mime_type`` says its true format: WebP for
     stored grids, PNG for rendered pages and evidence pictures, or whatever
     ``image_format`` converted it to); ``pages`` the selected pages as
     ``(page number, image bytes, text)`` when page images were asked for

@@ -38,7 +38,7 @@ def index_of_copies(tmp_path: Path, tiny_encoder: ColPaliEncoder) -> Iterator[tu
     index.close()
 
 
-def test_grid_image_bytes_is_the_stored_lossless_webp(index_of_copies: tuple[DocPCIndex, Path]) -> None:
+def test_grid_image_bytes_is_the_stored_webp_lossless_for_text_pages(index_of_copies: tuple[DocPCIndex, Path]) -> None:
     index, pdf = index_of_copies
     doc_id = document_id(pdf)
     data = index.grid_image_bytes(doc_id)

@@ -3,7 +3,7 @@
 Format 1 kept records in Chroma but each document's float16 vectors in local
 segment files (``vectors/*.f16``) and its grid as ``grids/<id>.png``. The
 migration rewrites every record in the current format (compact int8 vectors,
-summary and lossless-WebP grid all in Chroma; see engine.py), a batch at a time.
+summary and WebP grid all in Chroma; see engine.py), a batch at a time.
 A record already converted is recognised and skipped, so an interrupted
 migration is finished by running it again. Vectors are not pooled (pool
 factor 1 is recorded): pooling needs no re-encoding, but changes scores, and

@@ -66,7 +66,7 @@ class DocPCRetriever(StoreEditing, _OptionFields):
     or ``DocPCRetriever(index=...)``. Each result is a ``Document`` with ``id`` the document id, ``page_content``
     the text of the selected pages and ``metadata`` the stored keys (``source``, ``title``, ``total_pages``,
     ``selected_pages`` (1-based), ...) plus ``score``, ``rank``, ``evidence_pages``, after reranking ``reranked``
-    and ``grid_score``, and the image: ``image_base64`` with its true ``image_mime_type`` (the grid, lossless WebP;
+    and ``grid_score``, and the image: ``image_base64`` with its true ``image_mime_type`` (the grid, WebP;
     the evidence picture, PNG; with ``return_images="pages"`` the page behind most of the score, PNG, and every
     selected page in ``page_images_base64`` / ``page_numbers``). ``invoke(query, k=..., filter=...)`` overrides
     any option per call.

@@ -67,7 +67,7 @@ def test_documents_carry_text_metadata_and_grid(retriever: DocPCRetriever, corpu
         assert meta["selected_pages"] == result.selected_pages
         assert len(meta["selected_labels"]) == len(meta["selected_pages"])
         assert meta["strategy"] == "first"
-        assert meta["image_mime_type"] == "image/webp"  # stored grids are lossless WebP
+        assert meta["image_mime_type"] == "image/webp"  # stored grids are WebP
         assert same_pixels(decode_b64_image(meta["image_base64"]), corpus_index.grid_image(result.id))
         assert None not in meta.values()
         assert "token_grid" not in meta

@@ -77,7 +77,7 @@ def test_retrieve_returns_image_nodes_with_stored_grid(retriever: DocPCRetriever
     for node_ws, result in zip(nodes, expected):
         node = node_ws.node
         assert node_ws.score == pytest.approx(result.score)
-        assert node.image_mimetype == "image/webp"  # stored grids are lossless WebP
+        assert node.image_mimetype == "image/webp"  # stored grids are WebP
         assert same_pixels(decode_b64_image(node.image), corpus_index.grid_image(node.node_id))
         assert node.text == corpus_index.text(node.node_id)
         assert node.ref_doc_id == node.node_id
