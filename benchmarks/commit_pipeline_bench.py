@@ -14,6 +14,9 @@ into a fresh embedded store, alternated:
 - ``after``: each commit built and packed on a packing thread while the commit before it writes
   (``MultiVectorStore.prepare_add`` / ``add_prepared``, as ``Indexer`` runs them), previews not compressed again.
 
+- ``after_server`` (with ``--server``): ``after``, into a store behind a ``chroma run`` on loopback started for
+  the run (not timed), so the write is the server process's work and this process only sends it.
+
 Printed per variant: documents a second of the commit stream, milliseconds a document the writing thread spent,
 and how long a thread that wakes every half millisecond was kept waiting (Python's lock held), per document.
 """
@@ -44,10 +47,12 @@ def main() -> None:
     ap.add_argument("--documents", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--server", action="store_true", help="also commit through a chroma run on loopback")
     args = ap.parse_args()
 
     from docpc_retrievers.store import engine as engine_module
     from docpc_retrievers.store.multivector import MultiVectorStore
+    from docpc_retrievers.testing.chroma_server import ChromaServer
 
     docs = commit_documents(args.pdfs, args.documents)
     real_chunk = engine_module.chunk_payload
@@ -58,7 +63,11 @@ def main() -> None:
     def run(variant: str, watched: bool) -> dict[str, float]:
         folder = tempfile.mkdtemp(prefix="docpc-commit-bench-")
         engine_module.chunk_payload = zlib_on_grids_too if variant == "before" else real_chunk  # type: ignore[assignment]
-        store = MultiVectorStore(folder, writable=True)
+        server = ChromaServer(Path(folder) / "server") if variant == "after_server" else None
+        if server is not None:
+            server.start()
+        where = {} if server is None else {"host": server.host, "port": server.port}
+        store = MultiVectorStore(Path(folder) / "store", writable=True, **where)
         store.set_settings({"encoder": {"model": "bench", "dim": 128}, "index": {}})
         stop, delays = threading.Event(), []  # type: ignore[var-annotated]
         thread = threading.Thread(target=waker, args=(stop, delays))
@@ -98,13 +107,15 @@ def main() -> None:
             thread.join()
         count = store.count()
         store.close()
+        if server is not None:
+            server.stop()
         shutil.rmtree(folder, ignore_errors=True)
         engine_module.chunk_payload = real_chunk  # type: ignore[assignment]
         assert count == len(docs), (count, len(docs))
         return {"docs_per_s": len(docs) / seconds, "writing_ms_per_doc": 1000 * writing / len(docs),
                 "kept_waiting_ms_per_doc": 1000 * sum(delays) / len(docs) if watched else float("nan")}
 
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": [], **({"after_server": []} if args.server else {})}
     for _ in range(args.rounds):
         for variant in runs:
             plain = run(variant, False)
@@ -115,8 +126,12 @@ def main() -> None:
     for variant, got in runs.items():
         out[variant] = {key: round(statistics.median(r[key] for r in got), 2) for key in got[0]}
         out[variant]["runs_docs_per_s"] = [round(r["docs_per_s"], 1) for r in got]
-    out["after_vs_before"] = {key: round(out["after"][key] / out["before"][key], 2)
-                              for key in ("docs_per_s", "writing_ms_per_doc", "kept_waiting_ms_per_doc")}
+    for variant in list(runs)[1:]:
+        out[f"{variant}_vs_before"] = {key: round(out[variant][key] / out["before"][key], 2)
+                                       for key in ("docs_per_s", "writing_ms_per_doc", "kept_waiting_ms_per_doc")}
+    if args.server:
+        out["after_server_vs_after"] = {key: round(out["after_server"][key] / out["after"][key], 2)
+                                        for key in ("docs_per_s", "writing_ms_per_doc", "kept_waiting_ms_per_doc")}
     json.dump(out, sys.stdout, indent=1)
     print()
 

@@ -15,7 +15,8 @@ measures, side by side:
   :class:`~docpc_retrievers.timeline.Timeline` (each stage's busy share, the queues' depths): encoding in a
   process of its own (``encode_in="process"``, the default on a GPU; the model loads there while the first
   documents render), then with the model already loaded here, before (encoding in the indexing loop) and after
-  (encoding on its own thread), at the encoder batch sizes asked;
+  (encoding on its own thread), at the encoder batch sizes asked; and in an encoding process with the store
+  behind a ``chroma run`` on loopback (``grid_index_process_server_*``): Chroma's writes in the server's process;
 - page-level indexing (``mode="page"``) the same way on the first ``--page-documents`` files, beside grid
   indexing of those same files (each in an encoding process, then on a thread), so the grid-against-page ratio
   is end to end;
@@ -197,24 +198,39 @@ def main() -> None:
     timelines: dict[str, Any] = {}
 
     def index_run(name: str, paths: list[Path], settings: IndexSettings, batch: int, background: bool,
-                  workers: int, *, model_in_run: bool = False, encode_in: str = "thread") -> dict[str, Any]:
+                  workers: int, *, model_in_run: bool = False, encode_in: str = "thread",
+                  server: bool = False) -> dict[str, Any]:
         """``add_pdfs`` into a fresh store, timeline recorded and saved as ``OUT/timeline-<name>.json``.
-        ``encode_in="process"`` loads the model in the run's encoding process (so ``model_in_run`` too)."""
+        ``encode_in="process"`` loads the model in the run's encoding process (so ``model_in_run`` too);
+        ``server``: the store behind a ``chroma run`` on loopback (started before the clock, stopped after), so
+        Chroma's writes run in the server's process instead of holding this one's lock."""
+        from docpc_retrievers.testing.chroma_server import ChromaServer
+
         model_in_run = model_in_run or encode_in == "process"
         store = scratch / f"store-{name}"
         shutil.rmtree(store, ignore_errors=True)
+        chroma = ChromaServer(scratch / f"server-{name}") if server else None
+        if chroma is not None:
+            shutil.rmtree(chroma.data, ignore_errors=True)
+            chroma.start()
+        where = {} if chroma is None else {"host": chroma.host, "port": chroma.port}
         enc.batch_size = batch
         timeline = Timeline()
         kwargs: dict[str, Any] = ({"model": str(holder["ckpt"]), "encoder_kwargs": {
             "device": args.device, "batch_size": batch, "max_num_visual_tokens": args.visual_tokens}}
             if model_in_run else {"encoder": enc})
         t0 = time.perf_counter()
-        with DocPCIndex(store, settings=settings, writable=True, **kwargs) as index:
-            index._indexer.encode_in_background = background
-            report = index.add_pdfs(paths, batch_size=args.commit_every, workers=workers, timeline=timeline,
-                                    encode_in=encode_in)
-            stored = len(index)
-        seconds = time.perf_counter() - t0
+        try:
+            with DocPCIndex(store, settings=settings, writable=True, **kwargs, **where) as index:
+                index._indexer.encode_in_background = background
+                report = index.add_pdfs(paths, batch_size=args.commit_every, workers=workers, timeline=timeline,
+                                        encode_in=encode_in)
+                stored = len(index)
+            seconds = time.perf_counter() - t0
+        finally:
+            if chroma is not None:
+                chroma.stop()
+                shutil.rmtree(chroma.data, ignore_errors=True)
         timelines[name] = timeline.to_dict()
         (args.out / "timelines.json").write_text(json.dumps(timelines))
         pages = report.images_encoded
@@ -225,7 +241,7 @@ def main() -> None:
         return {"after_load_s": round(after_load, 2), "after_load_docs_per_s": round(len(paths) / after_load, 2),
                 "documents": len(paths), "indexed": len(report.indexed), "failed": len(report.failed),
                 "stored": stored, "images": pages, "batch": batch, "background": background, "workers": workers,
-                "encode_in": encode_in, "model_in_run": model_in_run,
+                "encode_in": encode_in, "model_in_run": model_in_run, "chroma_server": server,
                 "seconds": round(seconds, 2), "docs_per_s": round(len(paths) / seconds, 2),
                 "images_per_s": round(pages / seconds, 2),
                 "timings": {k: round(v, 2) for k, v in report.timings.items()},
@@ -250,6 +266,9 @@ def main() -> None:
             f"grid-process-b{big}-w{w}", files, IndexSettings(), big, True, w, encode_in="process"))
         run.step(f"grid_index_after_b{big}_w{w}", 40,
                  lambda w=w: index_run(f"grid-after-b{big}-w{w}", files, IndexSettings(), big, True, w))
+        run.step(f"grid_index_process_server_b{big}_w{w}", 40, lambda w=w: index_run(
+            f"grid-process-server-b{big}-w{w}", files, IndexSettings(), big, True, w, encode_in="process",
+            server=True))
     run.step(f"grid_index_before_b{few}_w{counts[0]}", 40,
              lambda: index_run(f"grid-before-b{few}-w{counts[0]}", files, IndexSettings(), few, False, counts[0]))
     if (few, counts[0]) != (big, many):  # else measured above already
