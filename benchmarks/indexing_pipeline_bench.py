@@ -83,6 +83,35 @@ class Run:
         (self.out / "indexing_pipeline.json").write_text(json.dumps(self.results, indent=1, default=str))
 
 
+def acceptance(results: dict[str, Any], workers: int, batch: int) -> dict[str, Any]:
+    """The issue's figures from the steps that ran: each end-to-end run's documents a second (and after the model's
+    load) as a share of min(rendering alone, encoding alone), and grid against page-level on the same files."""
+    def rate(name: str, key: str = "docs_per_s") -> float | None:
+        value = results.get(name) or {}
+        return value.get(key) if isinstance(value, dict) else None
+
+    out: dict[str, Any] = {}
+    for mode, render, encode in (("grid", f"grid_render_alone_w{workers}", f"grid_encode_alone_all_b{batch}"),
+                                 ("page", f"page_render_alone_w{workers}", f"page_encode_alone_b{batch}")):
+        stages = [r for r in (rate(render), rate(encode)) if r]
+        if len(stages) < 2:
+            continue
+        slower = min(stages)
+        out[f"{mode}_slower_stage_docs_per_s"] = slower
+        for name, value in results.items():
+            if name.startswith(f"{mode}_index_") and isinstance(value, dict) and value.get("docs_per_s"):
+                after_load = value.get("after_load_docs_per_s")
+                out[name] = {"share_of_slower_stage": round(value["docs_per_s"] / slower, 3),
+                             "after_load_share": None if after_load is None else round(after_load / slower, 3)}
+    for how in ("process", "after"):
+        grid, page = f"grid_same_files_index_{how}_b{batch}_w{workers}", f"page_index_{how}_b{batch}_w{workers}"
+        if rate(grid) and rate(page):
+            out[f"grid_vs_page_{how}"] = {"docs_per_s": round(rate(grid) / rate(page), 2),  # type: ignore[operator]
+                                          "grid_docs_per_s": rate(grid), "page_docs_per_s": rate(page),
+                                          "page_pages_per_s": rate(page, "images_per_s")}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -322,6 +351,9 @@ def main() -> None:
         return out
 
     run.step("compile_cache", 60, compile_cache)
+    run.results["acceptance"] = acceptance(run.results, many, big)
+    run.save()
+    log.warning("acceptance: %s", json.dumps(run.results["acceptance"]))
     shutil.rmtree(scratch, ignore_errors=True)
     log.warning("done in %.0f s", time.perf_counter() - run.started)
 
