@@ -182,3 +182,27 @@ def test_server_stopped_mid_run_gives_a_clear_error_and_a_resumable_run(
             assert sorted(index.store.ids()) == sorted(document_id(f) for f in files)
     finally:
         srv.stop()
+
+
+def test_a_server_starts_where_chromadb_has_no_chroma_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """chromadb installed with ``pip --target`` (a GPU benchmark machine) leaves no ``chroma`` on PATH: the server
+    is started by this interpreter running chromadb's own entry point, and answers as a real server does."""
+    import chromadb
+
+    from docpc_retrievers.testing import chroma_server
+
+    monkeypatch.setattr(chroma_server.shutil, "which", lambda name: None)
+    monkeypatch.setattr(chroma_server.sys, "executable", str(tmp_path / "bin" / "python3"))  # no script beside it
+    command = chroma_server.chroma_command()
+    assert command[:2] == [str(tmp_path / "bin" / "python3"), "-c"] and "chromadb_rust_bindings" in command[2]
+    monkeypatch.undo()
+    monkeypatch.setattr(chroma_server, "chroma_command", lambda: [sys.executable, *command[1:]])
+    srv = ChromaServer(tmp_path / "data")
+    srv.start()
+    try:
+        client = chromadb.HttpClient(host=srv.host, port=srv.port)
+        client.get_or_create_collection("fallback-check").add(ids=["a"], embeddings=[[1.0, 0.0]])
+        assert client.get_collection("fallback-check").count() == 1
+        assert srv.proc is not None and srv.proc.args[:2] == [sys.executable, "-c"]
+    finally:
+        srv.stop()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ChromaServer", "chroma_server", "free_port"]
+__all__ = ["ChromaServer", "chroma_command", "chroma_server", "free_port"]
 
 
 def free_port() -> int:
@@ -19,6 +19,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def chroma_command() -> list[str]:
+    """How to run chromadb's ``chroma`` command: its script beside this interpreter or on PATH, else this interpreter
+    running the same entry point (chromadb installed with ``pip --target``, as on a GPU benchmark machine, has no
+    script on PATH)."""
+    beside = Path(sys.executable).with_name("chroma")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("chroma")
+    if found:
+        return [found]
+    # What chromadb's entry point does for ``run``, without its module's imports (requests, which such a machine
+    # may lack): the server is chromadb's Rust command line.
+    return [sys.executable, "-c", "import sys, chromadb_rust_bindings; sys.argv[0] = 'chroma'; "
+                                  "chromadb_rust_bindings.cli(sys.argv)"]
 
 
 class ChromaServer:
@@ -32,12 +48,9 @@ class ChromaServer:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the server and wait until it answers its heartbeat."""
-        exe = Path(sys.executable).with_name("chroma")
-        if not exe.exists():
-            exe = Path(shutil.which("chroma") or "chroma")
         self.data.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [str(exe), "run", "--path", str(self.data), "--host", self.host, "--port", str(self.port)],
+            [*chroma_command(), "run", "--path", str(self.data), "--host", self.host, "--port", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
