@@ -44,7 +44,8 @@ def preview_form(image: Image.Image) -> str:
     """``"lossless"`` for a grid of text and line art, ``"lossy"`` for one holding photographs or scans.
 
     Lossless when the grid shrunk 4x has at most :data:`PICTURE_COLOURS` colours and :data:`FLAT_SHARE` of its
-    pixels repeat their left neighbour: there lossless WebP is smaller than lossy and not much slower. About 3 ms.
+    pixels repeat their left neighbour: there lossless WebP is smaller than lossy and not much slower. It takes a
+    few milliseconds (about 5 ms a default 1024 x 1324 grid on 2 cores), against 40-340 ms for the encoding.
     """
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     small = rgb.reduce(4) if min(rgb.size) >= 8 else rgb
