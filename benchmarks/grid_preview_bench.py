@@ -56,7 +56,7 @@ FORMS: dict[str, Callable[[Image.Image], bytes]] = {
     "auto": encode_grid,  # the store's choice: lossless for text grids, q90_m2 for pictures and scans
     "lossless_m0": _webp(lossless=True, quality=0, method=0),
     "q90_m4": _webp(quality=90, method=4),
-    "q90_m2": _webp(quality=90, method=2),
+    "q90_m2": lambda image: encode_grid(image, "lossy"),  # every grid in the store's lossy form
     "q90_m0": _webp(quality=90, method=0),
     "q85_m4": _webp(quality=85, method=4),
     "q80_m4": _webp(quality=80, method=4),
