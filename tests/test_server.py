@@ -185,18 +185,15 @@ def test_server_stopped_mid_run_gives_a_clear_error_and_a_resumable_run(
 
 
 def test_a_server_starts_where_chromadb_has_no_chroma_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """chromadb installed with ``pip --target`` (a GPU benchmark machine) leaves no ``chroma`` on PATH: the server
-    is started by this interpreter running chromadb's own entry point, and answers as a real server does."""
+    """chromadb installed with ``pip --target`` (a GPU benchmark machine) leaves no ``chroma`` on PATH: a server is
+    this interpreter running chromadb's Rust command line, and answers as a real server does."""
     import chromadb
 
-    from docpc_retrievers.testing import chroma_server
+    from docpc_retrievers.store import chroma_process
 
-    monkeypatch.setattr(chroma_server.shutil, "which", lambda name: None)
-    monkeypatch.setattr(chroma_server.sys, "executable", str(tmp_path / "bin" / "python3"))  # no script beside it
-    command = chroma_server.chroma_command()
-    assert command[:2] == [str(tmp_path / "bin" / "python3"), "-c"] and "chromadb_rust_bindings" in command[2]
-    monkeypatch.undo()
-    monkeypatch.setattr(chroma_server, "chroma_command", lambda: [sys.executable, *command[1:]])
+    command = chroma_process.chroma_command()
+    assert command[:2] == [sys.executable, "-c"] and "chromadb_rust_bindings" in command[2]
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no chroma script to be found
     srv = ChromaServer(tmp_path / "data")
     srv.start()
     try:

@@ -2,39 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ChromaServer", "chroma_command", "chroma_server", "free_port"]
+from docpc_retrievers.store import chroma_process
+from docpc_retrievers.store.chroma_process import free_port, wait_until_serving
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def chroma_command() -> list[str]:
-    """How to run chromadb's ``chroma`` command: its script beside this interpreter or on PATH, else this interpreter
-    running the same entry point (chromadb installed with ``pip --target``, as on a GPU benchmark machine, has no
-    script on PATH)."""
-    beside = Path(sys.executable).with_name("chroma")
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("chroma")
-    if found:
-        return [found]
-    # What chromadb's entry point does for ``run``, without its module's imports (requests, which such a machine
-    # may lack): the server is chromadb's Rust command line.
-    return [sys.executable, "-c", "import sys, chromadb_rust_bindings; sys.argv[0] = 'chroma'; "
-                                  "chromadb_rust_bindings.cli(sys.argv)"]
+__all__ = ["ChromaServer", "chroma_server", "free_port"]
 
 
 class ChromaServer:
@@ -50,22 +26,13 @@ class ChromaServer:
         """Start the server and wait until it answers its heartbeat."""
         self.data.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [*chroma_command(), "run", "--path", str(self.data), "--host", self.host, "--port", str(self.port)],
+            [*chroma_process.chroma_command(), "run", "--path", str(self.data), "--host", self.host, "--port", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        import chromadb
-
-        deadline = time.time() + timeout
-        while True:
-            try:
-                chromadb.HttpClient(host=self.host, port=self.port).heartbeat()
-                return
-            except Exception:
-                if time.time() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError(f"chroma server on port {self.port} did not start") from None
-                time.sleep(0.2)
+        if not wait_until_serving(self.host, self.port, self.proc, timeout):
+            self.stop()
+            raise RuntimeError(f"chroma server on port {self.port} did not start")
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 30 s)."""
