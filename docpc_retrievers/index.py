@@ -63,6 +63,8 @@ class DocPCIndex:
     search merged from the shards' exact top k); an existing store's recorded count is found by itself.
     ``searchers``: each shard's searcher (``docpc serve-shard``), in shard order: searches are answered by them and
     merged here, so this process holds no shard's data (``searcher_token``: their bearer token).
+    ``chroma_process``: an embedded store's Chroma served from a child ``chroma run`` on loopback while the index is
+    open, so Chroma's writes do not hold this process's Python lock (store/chroma_process.py).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class DocPCIndex:
         shards: int | None = None,
         searchers: Sequence[str] | None = None,
         searcher_token: str | None = None,
+        chroma_process: bool = False,
     ) -> None:
         self._encoders = EncoderLoader(
             encoder=encoder, model=model, options=encoder_kwargs,
@@ -91,7 +94,9 @@ class DocPCIndex:
         self.layout = StoreLayout.at(self._temp_dir or path)  # type: ignore[arg-type]
         self.path: Path = self.layout.root
         writable = writable or self._temp_dir is not None
-        remote = {"searchers": searchers, "token": searcher_token} if searchers else {}
+        remote: dict[str, Any] = {"searchers": searchers, "token": searcher_token} if searchers else {}
+        if chroma_process:
+            remote["chroma_process"] = True
         self._store = open_store(self.path, shards=shards, host=host, port=port, collection=collection,
                                  writable=writable, **remote)
         try:

@@ -12,7 +12,7 @@ from typing import Any
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.chroma_quotas import QuotaClient, quotas_from_env
 
-__all__ = ["chroma_client", "require_collection", "unreachable"]
+__all__ = ["chroma_client", "forget_embedded", "require_collection", "unreachable"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,12 @@ def _forget_stale_client(path: str) -> None:
                 system.stop()
             except Exception:  # pragma: no cover - best effort on a client whose files are gone
                 logger.debug("stopping a stale Chroma client failed", exc_info=True)
+
+
+def forget_embedded(path: os.PathLike[str] | str) -> None:
+    """Make this process's next embedded client for ``path`` a fresh one: another process (a child ``chroma run``)
+    writes the folder meanwhile, and Chroma's client for a path keeps what it read in memory."""
+    _OPENED[str(path)] = (-2, -2)
 
 
 def _marker(path: str) -> tuple[int, int]:

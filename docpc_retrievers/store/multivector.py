@@ -21,7 +21,8 @@ from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store import statistics
 from docpc_retrievers.store.cache import VectorCache
 from docpc_retrievers.store.cache_transfer import write_cache_archive
-from docpc_retrievers.store.chroma_client import chroma_client, require_collection
+from docpc_retrievers.store.chroma_client import chroma_client, forget_embedded, require_collection
+from docpc_retrievers.store.chroma_process import ChromaProcess
 from docpc_retrievers.store.engine import READABLE_FORMATS, STORE_FORMAT, ChromaEngine, payload_packing
 from docpc_retrievers.store.layout import StoreLayout, write_json_atomic
 from docpc_retrievers.store.locking import WriterLock, synchronized
@@ -47,6 +48,9 @@ class MultiVectorStore:
         collection: Chroma collection name (two companions are named after it).
         writable: take the single-writer lock (embedded mode; a server has no local lock).
         search: how this process searches the store (backend and its settings; see store/search/config.py).
+        chroma_process: serve the embedded folder's Chroma from a child ``chroma run`` on a loopback port while the
+            store is open (store/chroma_process.py), so Chroma's writes do not hold this process's Python lock;
+            the lock, manifest and cache stay here. Any local user can reach that port meanwhile.
     """
 
     def __init__(
@@ -61,7 +65,11 @@ class MultiVectorStore:
         writable: bool = False,
         search: SearchConfig | None = None,
         allow_old_format: bool = False,
+        chroma_process: bool = False,
     ) -> None:
+        if chroma_process and host is not None:
+            raise ValueError("chroma_process serves an embedded store from a child process; a store on host= is "
+                             "served by its Chroma server already")
         self.layout = StoreLayout.at(path)
         self.path = self.layout.root
         self.host = host
@@ -80,12 +88,19 @@ class MultiVectorStore:
             self.layout.check_can_create()
         self._lock = WriterLock(self.layout.lock) if writable and host is None else None
         self._cache: VectorCache | None = None
+        self._chroma_child: ChromaProcess | None = None
         try:
             if self._lock is not None:
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._lock.acquire()
             self.collection_name = str(local.get("collection") or collection)
-            self._client = chroma_client(self.layout.chroma, host, port, ssl, headers)
+            if chroma_process:
+                self._chroma_child = ChromaProcess(self.layout.chroma)
+                forget_embedded(self.layout.chroma)  # an embedded client held here would not see the child's writes
+                self._chroma_child.start()
+                self._client = chroma_client(None, self._chroma_child.host, self._chroma_child.port)
+            else:
+                self._client = chroma_client(self.layout.chroma, host, port, ssl, headers)
             if not writable and host is not None:
                 require_collection(self._client, self.collection_name, host)
             self.engine = ChromaEngine(self._client, self.collection_name)
@@ -315,6 +330,10 @@ class MultiVectorStore:
                 self.reader.stop_prefetch()
                 self.reader.save()
             self.cache.close()
+        child = getattr(self, "_chroma_child", None)
+        if child is not None:  # stopped before the lock is released: no other writer while it may still write
+            child.stop()
+            forget_embedded(self.layout.chroma)
         if getattr(self, "_lock", None) is not None:
             self._lock.release()
 

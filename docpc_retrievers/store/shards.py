@@ -98,6 +98,8 @@ class ShardedStore:
         path: the store directory (embedded mode: each shard's Chroma files and cache; a server: the caches only).
         shards: the shard count for a new store; an existing store's recorded count is used (another is refused).
         host, port, ssl, headers, collection, writable, search: as :class:`MultiVectorStore`.
+        chroma_process: each shard's Chroma folder served by a child ``chroma run`` of its own (as
+            :class:`MultiVectorStore`), so the shards' writes leave this process.
         searchers: each shard's searcher (``docpc serve-shard``), in shard order: searches go to them and are merged
             here, so this process holds no shard's summaries or vectors (reads of records still go to Chroma).
         token: the searchers' bearer token.
@@ -117,6 +119,7 @@ class ShardedStore:
         search: SearchConfig | None = None,
         searchers: Sequence[str] | None = None,
         token: str | None = None,
+        chroma_process: bool = False,
     ) -> None:
         self.layout = StoreLayout.at(path)
         self.path = self.layout.root
@@ -139,7 +142,8 @@ class ShardedStore:
             for i in range(count):
                 self.shards.append(MultiVectorStore(
                     self.layout.shards / str(i), host=host, port=port, ssl=ssl, headers=headers,
-                    collection=_shard_name(collection, i), writable=writable, search=search))
+                    collection=_shard_name(collection, i), writable=writable, search=search,
+                    chroma_process=chroma_process))
             if recorded is None:
                 self._record(count, port, ssl, headers)
         except BaseException:
