@@ -79,6 +79,11 @@ def register(sub: Any) -> None:
         "lock), a thread of this process, or auto (default: a process on a CUDA GPU for 256 files or more, else a "
         "thread)",
     )
+    p.add_argument(
+        "--chroma-process", action="store_true",
+        help="serve the embedded store's Chroma from a child `chroma run` on a loopback port during the run, so "
+        "Chroma's writes do not hold this process's Python lock (any local user can reach that port meanwhile)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--timeline", type=Path, metavar="FILE",
@@ -167,6 +172,9 @@ def run_index(args: argparse.Namespace) -> int:
         by_path = load_meta_file(args.meta_file) if args.meta_file else None
     except InvalidMetadataError as exc:
         raise UsageError(str(exc)) from None
+    if args.chroma_process and args.host:
+        raise UsageError("--chroma-process serves an embedded store from a child process; a store on --host is "
+                         "served by its Chroma server already")
     _check_paths(args)
     created = not args.host and not Path(args.store).expanduser().exists()  # a folder this run makes, nothing else
     if not args.verbose:  # each failure is printed once, from the report below, not also as a log warning
@@ -176,7 +184,7 @@ def run_index(args: argparse.Namespace) -> int:
     try:
         with DocPCIndex(
             args.store, model=args.model, settings=settings, writable=True, encoder_kwargs=encoder_options(args),
-            shards=args.shards, **store_kwargs(args),
+            shards=args.shards, chroma_process=args.chroma_process, **store_kwargs(args),
         ) as index:
             report = index.add_pdfs(
                 args.paths,
