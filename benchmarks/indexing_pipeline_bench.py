@@ -15,8 +15,9 @@ measures, side by side:
   :class:`~docpc_retrievers.timeline.Timeline` (each stage's busy share, the queues' depths): encoding in a
   process of its own (``encode_in="process"``, the default on a GPU; the model loads there while the first
   documents render), then with the model already loaded here, before (encoding in the indexing loop) and after
-  (encoding on its own thread), at the encoder batch sizes asked; and in an encoding process with the store
-  behind a ``chroma run`` on loopback (``grid_index_process_server_*``): Chroma's writes in the server's process;
+  (encoding on its own thread), at the encoder batch sizes asked; and in an encoding process with the store's
+  Chroma served by a child ``chroma run`` (``grid_index_process_child_*``: ``chroma_process=True``, the command
+  line's ``--chroma-process``), so Chroma's writes run in that child, not under the indexing process's lock;
 - page-level indexing (``mode="page"``) the same way on the first ``--page-documents`` files, beside grid
   indexing of those same files (each in an encoding process, then on a thread), so the grid-against-page ratio
   is end to end;
@@ -228,21 +229,24 @@ def main() -> None:
 
     def index_run(name: str, paths: list[Path], settings: IndexSettings, batch: int, background: bool,
                   workers: int, *, model_in_run: bool = False, encode_in: str = "thread",
-                  server: bool = False) -> dict[str, Any]:
+                  chroma: str = "embedded") -> dict[str, Any]:
         """``add_pdfs`` into a fresh store, timeline recorded and saved as ``OUT/timeline-<name>.json``.
         ``encode_in="process"`` loads the model in the run's encoding process (so ``model_in_run`` too);
-        ``server``: the store behind a ``chroma run`` on loopback (started before the clock, stopped after), so
-        Chroma's writes run in the server's process instead of holding this one's lock."""
+        ``chroma``: ``embedded`` (in this process), ``child`` (the embedded folder served by the store's own child
+        ``chroma run``, started and stopped inside the clock, as ``docpc index --chroma-process`` runs it) or
+        ``server`` (a ``chroma run`` on loopback started before the clock and stopped after it)."""
         from docpc_retrievers.testing.chroma_server import ChromaServer
 
         model_in_run = model_in_run or encode_in == "process"
         store = scratch / f"store-{name}"
         shutil.rmtree(store, ignore_errors=True)
-        chroma = ChromaServer(scratch / f"server-{name}") if server else None
-        if chroma is not None:
-            shutil.rmtree(chroma.data, ignore_errors=True)
-            chroma.start()
-        where = {} if chroma is None else {"host": chroma.host, "port": chroma.port}
+        server = ChromaServer(scratch / f"server-{name}") if chroma == "server" else None
+        if server is not None:
+            shutil.rmtree(server.data, ignore_errors=True)
+            server.start()
+        where: dict[str, Any] = ({} if server is None else {"host": server.host, "port": server.port})
+        if chroma == "child":
+            where["chroma_process"] = True
         enc.batch_size = batch
         timeline = Timeline()
         kwargs: dict[str, Any] = ({"model": str(holder["ckpt"]), "encoder_kwargs": {
@@ -257,9 +261,9 @@ def main() -> None:
                 stored = len(index)
             seconds = time.perf_counter() - t0
         finally:
-            if chroma is not None:
-                chroma.stop()
-                shutil.rmtree(chroma.data, ignore_errors=True)
+            if server is not None:
+                server.stop()
+                shutil.rmtree(server.data, ignore_errors=True)
         timelines[name] = timeline.to_dict()
         (args.out / "timelines.json").write_text(json.dumps(timelines))
         pages = report.images_encoded
@@ -270,7 +274,7 @@ def main() -> None:
         return {"after_load_s": round(after_load, 2), "after_load_docs_per_s": round(len(paths) / after_load, 2),
                 "documents": len(paths), "indexed": len(report.indexed), "failed": len(report.failed),
                 "stored": stored, "images": pages, "batch": batch, "background": background, "workers": workers,
-                "encode_in": encode_in, "model_in_run": model_in_run, "chroma_server": server,
+                "encode_in": encode_in, "model_in_run": model_in_run, "chroma": chroma,
                 "seconds": round(seconds, 2), "docs_per_s": round(len(paths) / seconds, 2),
                 "images_per_s": round(pages / seconds, 2),
                 "timings": {k: round(v, 2) for k, v in report.timings.items()},
@@ -295,9 +299,12 @@ def main() -> None:
             f"grid-process-b{big}-w{w}", files, IndexSettings(), big, True, w, encode_in="process"))
         run.step(f"grid_index_after_b{big}_w{w}", 40,
                  lambda w=w: index_run(f"grid-after-b{big}-w{w}", files, IndexSettings(), big, True, w))
+        run.step(f"grid_index_process_child_b{big}_w{w}", 40, lambda w=w: index_run(
+            f"grid-process-child-b{big}-w{w}", files, IndexSettings(), big, True, w, encode_in="process",
+            chroma="child"))
         run.step(f"grid_index_process_server_b{big}_w{w}", 40, lambda w=w: index_run(
             f"grid-process-server-b{big}-w{w}", files, IndexSettings(), big, True, w, encode_in="process",
-            server=True))
+            chroma="server"))
     run.step(f"grid_index_before_b{few}_w{counts[0]}", 40,
              lambda: index_run(f"grid-before-b{few}-w{counts[0]}", files, IndexSettings(), few, False, counts[0]))
     if (few, counts[0]) != (big, many):  # else measured above already
