@@ -21,7 +21,8 @@ out=${OUT:-/tmp}/pipeline
 w=${WORKERS:-14}
 steps=${STEPS:-"grid_encode_alone_all_b16 grid_index_process_b16_w$w grid_index_after_b16_w$w
   grid_index_process_child_b16_w$w page_render_alone_w$w
-  page_encode_alone_b16 page_index_process_b16_w$w grid_same_files_index_process_b16_w$w page_index_after_b16_w$w"}
+  page_encode_alone_b16 page_index_process_b16_w$w page_index_process_child_b16_w$w
+  grid_same_files_index_process_b16_w$w page_index_after_b16_w$w"}
 # shellcheck disable=SC2086
 "$python" benchmarks/indexing_pipeline_bench.py --out "$out" --documents "${DOCUMENTS:-1200}" \
     --page-documents "${PAGE_DOCUMENTS:-40}" --batches 16 --sweep --workers "$w" --budget "${BUDGET:-470}" \

@@ -20,7 +20,7 @@ measures, side by side:
   line's ``--chroma-process``), so Chroma's writes run in that child, not under the indexing process's lock;
 - page-level indexing (``mode="page"``) the same way on the first ``--page-documents`` files, beside grid
   indexing of those same files (each in an encoding process, then on a thread), so the grid-against-page ratio
-  is end to end;
+  is end to end; page mode through a child ``chroma run`` too (a record a page: many more commits a document);
 - optionally (``--steps load_in_run compile_cache``): the model loaded inside the run (the command line's case),
   before and after, and the compiled blocks in a first and a second process sharing the compiler's cache.
 
@@ -318,6 +318,8 @@ def main() -> None:
     del pages[:]
     run.step(f"page_index_process_b{big}_w{many}", 30, lambda: index_run(
         f"page-process-b{big}", page_files, page, big, True, many, encode_in="process"))
+    run.step(f"page_index_process_child_b{big}_w{many}", 30, lambda: index_run(
+        f"page-process-child-b{big}", page_files, page, big, True, many, encode_in="process", chroma="child"))
     run.step(f"grid_same_files_index_process_b{big}_w{many}", 10, lambda: index_run(
         f"grid-same-files-process-b{big}", page_files, IndexSettings(), big, True, many, encode_in="process"))
     run.step(f"page_index_after_b{big}_w{many}", 30,
