@@ -54,8 +54,8 @@ def chroma_command() -> list[str]:
     ``chroma`` script does for ``run``, without the script's import of chromadb's Python package (a server answers
     in about 0.3 s instead of 1.5 s) and with no need for the script on PATH (chromadb installed with
     ``pip --target`` has none)."""
-    return [sys.executable, "-c", "import sys, chromadb_rust_bindings; sys.argv[0] = 'chroma'; "
-                                  "chromadb_rust_bindings.cli(sys.argv)"]
+    return [sys.executable, "-c", ("import sys, chromadb_rust_bindings; sys.argv[0] = 'chroma'; "
+                                   "chromadb_rust_bindings.cli(sys.argv)")]
 
 
 def wait_until_serving(host: str, port: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:

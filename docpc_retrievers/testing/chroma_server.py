@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from docpc_retrievers.store import chroma_process
-from docpc_retrievers.store.chroma_process import free_port, wait_until_serving
+from docpc_retrievers.store.chroma_process import (
+    chroma_command,
+    free_port,
+    wait_until_serving,
+)
 
 __all__ = ["ChromaServer", "chroma_server", "free_port"]
 
@@ -26,7 +29,7 @@ class ChromaServer:
         """Start the server and wait until it answers its heartbeat."""
         self.data.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [*chroma_process.chroma_command(), "run", "--path", str(self.data), "--host", self.host, "--port", str(self.port)],
+            [*chroma_command(), "run", "--path", str(self.data), "--host", self.host, "--port", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
