@@ -63,8 +63,8 @@ class DocPCIndex:
     search merged from the shards' exact top k); an existing store's recorded count is found by itself.
     ``searchers``: each shard's searcher (``docpc serve-shard``), in shard order: searches are answered by them and
     merged here, so this process holds no shard's data (``searcher_token``: their bearer token).
-    ``chroma_process``: an embedded store's Chroma served from a child ``chroma run`` on loopback while the index is
-    open, so Chroma's writes do not hold this process's Python lock (store/chroma_process.py).
+    ``chroma_process``: a writable embedded store's Chroma served from a child ``chroma run`` on loopback while the
+    index is open, so Chroma's writes do not hold this process's Python lock (store/chroma_process.py).
     """
 
     def __init__(

@@ -171,6 +171,15 @@ def test_a_child_process_with_a_server_store_is_refused(tmp_path: Path) -> None:
         MultiVectorStore(tmp_path / "s", host="127.0.0.1", port=1, chroma_process=True)
 
 
+def test_a_child_process_for_a_reader_is_refused(tmp_path: Path) -> None:
+    with MultiVectorStore(tmp_path / "s", writable=True):
+        pass
+    with pytest.raises(ValueError, match="writable=True"):
+        MultiVectorStore(tmp_path / "s", chroma_process=True)
+    with MultiVectorStore(tmp_path / "s", writable=True) as store:  # the refusal held nothing: a writer opens
+        assert store.count() == 0
+
+
 def test_docpc_index_with_chroma_process(tmp_path: Path, tiny_checkpoint: Path) -> None:
     """The command line's flag: the run indexes, the store reads embedded afterwards, and with --host it is a
     usage error that creates nothing."""

@@ -70,6 +70,9 @@ class MultiVectorStore:
         if chroma_process and host is not None:
             raise ValueError("chroma_process serves an embedded store from a child process; a store on host= is "
                              "served by its Chroma server already")
+        if chroma_process and not writable:
+            raise ValueError("chroma_process is for the store's writer (writable=True): a reader's child would be "
+                             "a second Chroma server on a folder the writer's process may hold open")
         self.layout = StoreLayout.at(path)
         self.path = self.layout.root
         self.host = host
