@@ -196,3 +196,33 @@ def test_docpc_index_with_chroma_process(tmp_path: Path, tiny_checkpoint: Path) 
     assert refused.returncode == 2 and "--chroma-process" in refused.stderr
     assert not (tmp_path / "other").exists()
     assert files
+
+
+def test_a_web_page_cannot_write_to_the_child(tmp_path: Path) -> None:
+    """What docs/guide.md says of a page in the user's browser: a cross-origin request it may send without asking
+    (a text/plain POST) is refused, and the preflight a JSON write needs is not allowed."""
+    import urllib.error
+    import urllib.request
+
+    child = ChromaProcess(tmp_path / "chroma")
+    child.start()
+    url = f"http://127.0.0.1:{child.port}/api/v2/tenants/default_tenant/databases/default_database/collections"
+
+    def send(method: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, str | None]:
+        request = urllib.request.Request(url, method=method, data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.headers.get("Access-Control-Allow-Origin")
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers.get("Access-Control-Allow-Origin")
+
+    try:
+        page = {"Origin": "http://page.example"}
+        status, _ = send("POST", {**page, "Content-Type": "text/plain"}, json.dumps({"name": "from-a-page"}).encode())
+        assert status == 415
+        status, allowed = send("OPTIONS", {**page, "Access-Control-Request-Method": "POST",
+                                           "Access-Control-Request-Headers": "content-type"})
+        assert status >= 400 and allowed is None
+        assert chromadb.HttpClient(host=child.host, port=child.port).list_collections() == []
+    finally:
+        child.stop()
