@@ -9,8 +9,8 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -18,6 +18,7 @@ import pytest
 from e2e_helpers import make_pdf
 
 from docpc_retrievers import DocPCIndex
+from docpc_retrievers.documents.discovery import document_id
 from docpc_retrievers.encoders import ColPaliEncoder
 from docpc_retrievers.errors import StoreError
 from docpc_retrievers.store.shards import ShardedStore, shard_of
@@ -151,6 +152,10 @@ def test_docpc_search_with_searchers_answers_as_the_store_searched_here(
 
     for i in range(5):
         make_pdf(tmp_path / "docs" / f"w{i}.pdf", f"searcher document {i}", 1)
+    last, again = tmp_path / "docs" / "w4.pdf", 0
+    while len({shard_of(document_id(p), 2) for p in (tmp_path / "docs").glob("*.pdf")}) < 2:
+        again += 1  # ids hash the files' bytes, which differ run to run: both shards must hold some
+        make_pdf(last, f"searcher document 4 ({again})", 1)
     with chroma_server(tmp_path / "chroma") as server:
         where = {"host": server.host, "port": server.port, "collection": "farm"}
         with DocPCIndex.from_pdfs([tmp_path / "docs"], tmp_path / "writer", encoder=tiny_encoder, workers=0,
