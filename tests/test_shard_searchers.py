@@ -135,6 +135,8 @@ def test_asked_for_a_partial_answer_a_reader_answers_from_the_searchers_that_ans
         assert all(h.metadata["missing_shards"] == [1] for h in got)
         assert any("shard 1's searcher at http://127.0.0.1:9" in r.getMessage() for r in caplog.records)
         assert [h.text for h in got] == [f"text {ids.index(h.id)}" for h in got]
+        with pytest.raises(StoreError, match=r"no match to mark as partial: shard 1 did not answer"):
+            reader.search(q, top_k=6, partial=True, where={"half": 7})  # the others match nothing: no hit to mark
         whole_answer = ShardedStore(tmp_path / "whole", searchers=[s.url for s in searchers], **where)
         with whole_answer:  # every searcher answering: the whole store's answer, unmarked
             assert all("missing_shards" not in h.metadata for h in whole_answer.search(q, top_k=6, partial=True))

@@ -188,8 +188,9 @@ OPTIONS: tuple[Option, ...] = (
            cli_help="search only the documents of this folder or file (repeat for several)", normalize=_folders,
            server="under", server_max=100),
     Option("partial", False, bool, "A store read through its shard searchers: when a searcher does not answer, "
-           "answer from the others and mark each hit's metadata with ``missing_shards`` instead of failing (a "
-           "store in one piece always answers whole).", check=_flag("partial"), cli=("--partial",), cli_kind="flag",
+           "answer from the others and mark each hit's metadata with ``missing_shards`` instead of failing (still an "
+           "error when the others hold no match, since no hit could carry the mark; a store in one piece always "
+           "answers whole).", check=_flag("partial"), cli=("--partial",), cli_kind="flag",
            cli_help="with shard searchers: when one does not answer, answer from the others, marked partial",
            server="partial"),
     Option("score_threshold", None, float | None, "Drop hits scoring below this raw MaxSim score (no fixed scale: "

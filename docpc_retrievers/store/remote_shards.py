@@ -48,7 +48,8 @@ class RemoteShards:
                options: dict[str, Any], *, partial: bool = False) -> list[list[ScoredDocument]]:
         """Each query's top ``top_k`` over the shards asked (``groups``: the ids each shard is searched within). A
         searcher that does not answer raises, or with ``partial`` is left out: the others' hits then name it in
-        their metadata (``missing_shards``) and a warning is logged, so fewer hits are never silent."""
+        their metadata (``missing_shards``) and a warning is logged, so fewer hits are never silent; a query the
+        others hold no match for leaves nothing to mark, so that is a :class:`StoreError` naming the missing shards."""
         with_vectors = bool(options.pop("with_vectors", False))
         asked = [i for i in range(shards) if groups is None or i in groups]
 
@@ -68,9 +69,13 @@ class RemoteShards:
         answers = [a for a in answered if not isinstance(a, StoreError)]
         merged = [merge_top_k((answer[q] for answer in answers), top_k) for q in range(len(queries))]
         if failed:
+            missing = sorted(failed)
+            if any(not hits for hits in merged):  # nothing to carry the mark: an empty answer would read as whole
+                raise StoreError(f"a partial answer found no match to mark as partial: shard"
+                                 f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not answer "
+                                 f"and the others hold no match ({'; '.join(map(str, failed.values()))})")
             for exc in failed.values():
                 logger.warning("partial answer: %s", exc)
-            missing = sorted(failed)
             merged = [[replace(h, metadata={**h.metadata, MISSING_SHARDS: missing}) for h in hits] for hits in merged]
         if with_vectors:
             owners: dict[int, set[str]] = {}

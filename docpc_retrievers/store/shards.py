@@ -362,7 +362,8 @@ class ShardedStore:
         to their shards), merged: the whole store's exact top ``top_k``. With searchers, each shard's answer comes
         from its searcher, and vectors (``with_vectors``) only for the merged hits; a searcher that does not answer
         is a :class:`StoreError` naming it, or with ``partial`` the others' merged answer, each hit's metadata
-        naming the ``missing_shards``. Shards read in this process always answer."""
+        naming the ``missing_shards`` (an error still when the others hold no match: an empty answer cannot be
+        marked). Shards read in this process always answer."""
         groups = None if ids is None else self._by_shard(ids)
         if groups is not None and not groups:
             return [[] for _ in queries]
