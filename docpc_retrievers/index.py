@@ -94,11 +94,9 @@ class DocPCIndex:
         self.layout = StoreLayout.at(self._temp_dir or path)  # type: ignore[arg-type]
         self.path: Path = self.layout.root
         writable = writable or self._temp_dir is not None
-        remote: dict[str, Any] = {"searchers": searchers, "token": searcher_token} if searchers else {}
-        if chroma_process:
-            remote["chroma_process"] = True
+        remote = {"searchers": searchers, "token": searcher_token} if searchers else {}
         self._store = open_store(self.path, shards=shards, host=host, port=port, collection=collection,
-                                 writable=writable, **remote)
+                                 writable=writable, chroma_process=chroma_process, **remote)
         try:
             recorded = self._store.settings.get("index")
             settings = with_previews(settings, recorded, store_grids)

@@ -26,7 +26,7 @@ from docpc_retrievers.results import EvidencePage
 from docpc_retrievers.retrievers.schema import OPTIONS
 from docpc_retrievers.explain.shares import shares_text
 from docpc_retrievers.serve.client import SERVER_ENV
-from docpc_retrievers.store.records import MISSING_SHARDS
+from docpc_retrievers.store.records import MISSING_SHARDS, shards_named
 
 __all__ = ["QUERY_BATCH", "page_ranges", "read_queries", "register", "stream_batches"]
 
@@ -238,7 +238,7 @@ def _print(results: list[Any], as_json: bool, numbered: tuple[int, str] | None, 
         print("no results")
     missing = next((r.metadata.get(MISSING_SHARDS) for r in results if r.metadata.get(MISSING_SHARDS)), None)
     if missing:
-        print(f"partial: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not answer; "
+        print(f"partial: {shards_named(missing)} did not answer; "
               "these are the best of the others")
     for r in results:
         total = f"{r.total_pages} page{'' if r.total_pages == 1 else 's'}"

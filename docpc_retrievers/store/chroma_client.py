@@ -60,6 +60,7 @@ def require_collection(client: Any, name: str, host: str | None) -> None:
 
 
 _OPENED: dict[str, tuple[int, int]] = {}
+_NEVER_A_MARKER = (-2, -2)  # no folder's marker: the next client for the path is made afresh
 
 
 def _forget_stale_client(path: str) -> None:
@@ -83,7 +84,7 @@ def _forget_stale_client(path: str) -> None:
 def forget_embedded(path: os.PathLike[str] | str) -> None:
     """Make this process's next embedded client for ``path`` a fresh one: another process (a child ``chroma run``)
     writes the folder meanwhile, and Chroma's client for a path keeps what it read in memory."""
-    _OPENED[str(path)] = (-2, -2)
+    _OPENED[str(path)] = _NEVER_A_MARKER
 
 
 def _marker(path: str) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from docpc_retrievers.store.chroma_quotas import HOSTED
 from docpc_retrievers.store.engine import DocumentRecord
 from docpc_retrievers.store.search.centroids import document_centroids
 
-__all__ = ["INTERNAL_PREFIX", "MISSING_SHARDS", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "summary_codes", "summary_text",
+__all__ = ["INTERNAL_PREFIX", "MISSING_SHARDS", "MetadataCache", "ScoredDocument", "StoredDocument", "build_record", "check_batch", "check_metadata", "parts_of", "parts_value", "replaced_metadata", "public", "shards_named", "summary_codes", "summary_text",
            "summary_vectors"]
 
 INTERNAL_PREFIX = "_"
@@ -68,6 +68,11 @@ class ScoredDocument:
 MISSING_SHARDS = "missing_shards"
 """The metadata key of a partial answer's hits (``partial=True`` with shard searchers): the shards whose searchers
 did not answer."""
+
+
+def shards_named(missing: Sequence[int]) -> str:
+    """``shard 1`` or ``shards 1, 3``: the missing shards as an error or a partial answer's heading names them."""
+    return f"shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
 
 
 def public(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from docpc_retrievers.errors import StoreError
-from docpc_retrievers.store.records import MISSING_SHARDS, ScoredDocument
+from docpc_retrievers.store.records import MISSING_SHARDS, ScoredDocument, shards_named
 from docpc_retrievers.store.shard_routing import merge_top_k, shard_of
 from docpc_retrievers.store.shard_wire import array_from, hits_from, search_request
 
@@ -71,9 +71,8 @@ class RemoteShards:
         if failed:
             missing = sorted(failed)
             if any(not hits for hits in merged):  # nothing to carry the mark: an empty answer would read as whole
-                raise StoreError(f"a partial answer found no match to mark as partial: shard"
-                                 f"{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not answer "
-                                 f"and the others hold no match ({'; '.join(map(str, failed.values()))})")
+                raise StoreError(f"a partial answer found no match to mark as partial: {shards_named(missing)} did "
+                                 f"not answer and the others hold no match ({'; '.join(map(str, failed.values()))})")
             for exc in failed.values():
                 logger.warning("partial answer: %s", exc)
             merged = [[replace(h, metadata={**h.metadata, MISSING_SHARDS: missing}) for h in hits] for hits in merged]
